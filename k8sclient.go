@@ -1,0 +1,413 @@
+package selector
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// This file is a tiny Kubernetes REST client: just enough to LIST and WATCH
+// one kind of object with client-go's transport settings, without client-go.
+
+// Timeouts and periods from client-go (rest/transport defaults,
+// transport/token_source.go, util/net/http.go).
+const (
+	dialTimeout     = 30 * time.Second
+	tlsTimeout      = 10 * time.Second
+	pingAfterIdle   = 30 * time.Second // HTTP/2 ping after this long without frames
+	pingTimeout     = 15 * time.Second // and drop the connection if unanswered
+	listTimeout     = 60 * time.Second
+	tokenReadPeriod = time.Minute
+	userAgent       = "k8s-memcache-selector (+https://github.com/kubecache/k8s-memcache-selector)"
+)
+
+// APIError is an error response from the Kubernetes API server, decoded from
+// its Status body. Use errors.As to get it from NewServerList's error.
+type APIError struct {
+	StatusCode int    // HTTP status, such as 403
+	Reason     string // Status reason, such as "Forbidden" or "Expired"
+	Message    string // Status message from the server
+
+	// The request that failed: verb ("list", "watch" or "get"), resource
+	// ("endpointslices.discovery.k8s.io" or "endpoints") and namespace.
+	Verb, Resource, Namespace string
+
+	retryAfter time.Duration // from Retry-After or details.retryAfterSeconds
+	causes     []string      // details.causes[].reason
+}
+
+func (e *APIError) Error() string {
+	req := fmt.Sprintf("%s %s in namespace %q", e.Verb, e.Resource, e.Namespace)
+	switch e.StatusCode {
+	case http.StatusForbidden:
+		return fmt.Sprintf("selector: %s is forbidden: the Role bound to this service account must allow verb %q on %s in that namespace (see the README's RBAC manifest): %s",
+			req, e.Verb, e.Resource, e.Message)
+	case http.StatusUnauthorized:
+		return fmt.Sprintf("selector: %s: unauthorized: the bearer token is missing, expired or revoked: %s", req, e.Message)
+	}
+	return fmt.Sprintf("selector: %s: %d %s: %s", req, e.StatusCode, e.Reason, e.Message)
+}
+
+// expired reports whether the error says the requested resource version is
+// gone (410, reason Expired or Gone) or newer than the server has seen: both
+// mean relist from scratch.
+func (e *APIError) expired() bool {
+	if e.StatusCode == http.StatusGone || e.Reason == "Expired" || e.Reason == "Gone" {
+		return true
+	}
+	for _, c := range e.causes {
+		if c == "ResourceVersionTooLarge" {
+			return true
+		}
+	}
+	return strings.Contains(e.Message, "Too large resource version")
+}
+
+// status is the JSON of a metav1.Status.
+type status struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Reason  string `json:"reason"`
+	Code    int    `json:"code"`
+	Details *struct {
+		Causes []struct {
+			Reason string `json:"reason"`
+		} `json:"causes"`
+		RetryAfterSeconds int `json:"retryAfterSeconds"`
+	} `json:"details"`
+}
+
+// request names an API request for errors.
+type request struct {
+	verb, resource, namespace string
+}
+
+func (r request) error(s status, httpCode int) *APIError {
+	e := &APIError{StatusCode: httpCode, Reason: s.Reason, Message: s.Message, Verb: r.verb, Resource: r.resource, Namespace: r.namespace}
+	if e.StatusCode == 0 || e.StatusCode == http.StatusOK {
+		e.StatusCode = s.Code
+	}
+	if s.Details != nil {
+		e.retryAfter = time.Duration(s.Details.RetryAfterSeconds) * time.Second
+		for _, c := range s.Details.Causes {
+			e.causes = append(e.causes, c.Reason)
+		}
+	}
+	return e
+}
+
+// client talks to one API server. It is safe for concurrent use.
+type client struct {
+	base  *url.URL
+	http  *http.Client
+	token *tokenFile // nil: send no token
+}
+
+func newClient(o options) (*client, error) {
+	inCluster := o.apiServer == ""
+	server := o.apiServer
+	if inCluster {
+		host, port := o.getenv("KUBERNETES_SERVICE_HOST"), o.getenv("KUBERNETES_SERVICE_PORT")
+		if host == "" || port == "" {
+			return nil, ErrNotInCluster
+		}
+		server = "https://" + net.JoinHostPort(host, port)
+	}
+	base, err := url.Parse(server)
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
+		return nil, fmt.Errorf("selector: bad API server URL %q: want https://host:port, or http://host:port for kubectl proxy", server)
+	}
+
+	tokenPath, caPath := o.tokenFile, o.caFile
+	if inCluster {
+		if tokenPath == "" {
+			tokenPath = o.saDir + "/token"
+		}
+		if caPath == "" {
+			caPath = o.saDir + "/ca.crt"
+		}
+	}
+	c := &client{base: base, http: o.httpClient}
+	if tokenPath != "" {
+		c.token = &tokenFile{path: tokenPath}
+		if _, err := c.token.get(); err != nil {
+			return nil, err
+		}
+	}
+	if c.http == nil {
+		c.http, err = newHTTPClient(caPath)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// newHTTPClient returns a client with one transport of its own, configured as
+// client-go configures its: dial, TLS and keep-alive timeouts, and HTTP/2 with
+// pings, so a watch on a dead connection fails within about 45 seconds
+// instead of lingering for the kernel's TCP timeout.
+func newHTTPClient(caPath string) (*http.Client, error) {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caPath != "" {
+		pem, err := os.ReadFile(caPath)
+		if err != nil {
+			return nil, fmt.Errorf("selector: read API server CA: %w", err)
+		}
+		tlsConfig.RootCAs = x509.NewCertPool()
+		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("selector: API server CA file %s holds no PEM certificate", caPath)
+		}
+	}
+	t := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: tlsTimeout,
+		MaxIdleConnsPerHost: 25,
+		// A custom TLSClientConfig turns HTTP/2 off unless it is forced.
+		ForceAttemptHTTP2: true,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: pingAfterIdle, PingTimeout: pingTimeout},
+	}
+	return &http.Client{Transport: t}, nil
+}
+
+// tokenFile is a bearer token read from a file, read again when it is a
+// minute old or after a 401. Kubelet replaces projected tokens by swapping a
+// symlink, so re-reading by time is what works; file events do not.
+type tokenFile struct {
+	path string
+
+	mu     sync.Mutex
+	token  string
+	readAt time.Time
+}
+
+// get returns the token, reading the file if the token is stale. If a
+// re-read fails, it keeps the last good token.
+func (t *tokenFile) get() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && time.Since(t.readAt) < tokenReadPeriod {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.path)
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case err == nil && tok == "":
+		err = fmt.Errorf("selector: token file %s is empty", t.path)
+	case err != nil:
+		err = fmt.Errorf("selector: read token: %w", err)
+	}
+	if err != nil {
+		if t.token != "" {
+			return t.token, nil
+		}
+		return "", err
+	}
+	t.token, t.readAt = tok, time.Now()
+	return tok, nil
+}
+
+// expire makes the next get read the file again.
+func (t *tokenFile) expire() {
+	t.mu.Lock()
+	t.readAt = time.Time{}
+	t.mu.Unlock()
+}
+
+// get sends a GET for path and query and returns the response if its status
+// is 200. Otherwise it returns an *APIError decoded from the body. After a
+// 401 it re-reads the token and tries once more.
+func (c *client) get(ctx context.Context, path string, q url.Values, r request) (*http.Response, error) {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("User-Agent", userAgent)
+		if c.token != nil {
+			tok, err := c.token.get()
+			if err != nil {
+				return nil, err
+			}
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		e := readError(resp, r)
+		if resp.StatusCode == http.StatusUnauthorized && c.token != nil && try == 0 {
+			c.token.expire()
+			continue
+		}
+		return nil, e
+	}
+}
+
+// readError decodes a failed response's Status body and closes it.
+func readError(resp *http.Response, r request) *APIError {
+	defer resp.Body.Close()
+	var s status
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &s) != nil || s.Kind != "Status" {
+		s = status{Reason: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	}
+	e := r.error(s, resp.StatusCode)
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.retryAfter = time.Duration(secs) * time.Second
+	}
+	return e
+}
+
+// list GETs a collection and decodes it into v.
+func (c *client) list(ctx context.Context, path string, q url.Values, r request, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	resp, err := c.get(ctx, path, q, r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("selector: decode %s list: %w", r.resource, err)
+	}
+	return nil
+}
+
+// served reports whether the API server serves the group version at path,
+// such as "/apis/discovery.k8s.io/v1".
+func (c *client) served(ctx context.Context, path string, r request) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	resp, err := c.get(ctx, path, nil, r)
+	var e *APIError
+	switch {
+	case errors.As(err, &e) && e.StatusCode == http.StatusNotFound:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	resp.Body.Close()
+	return true, nil
+}
+
+// event is one watch event; object is decoded by type.
+type event struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// watchStream reads the events of one WATCH response.
+type watchStream struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+}
+
+// watch starts a WATCH (a GET with watch=1) and returns its event stream once
+// the server has answered 200. ctx bounds the whole stream.
+func (c *client) watch(ctx context.Context, path string, q url.Values, r request) (*watchStream, error) {
+	q.Set("watch", "1")
+	resp, err := c.get(ctx, path, q, r)
+	if err != nil {
+		return nil, err
+	}
+	return &watchStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+// next returns the next event. A closed connection, a server timeout and the
+// end of ctx all end the stream with io.EOF: the caller resumes from the last
+// resource version. Malformed JSON is an error.
+func (s *watchStream) next() (event, error) {
+	var ev event
+	err := s.dec.Decode(&ev)
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return ev, nil
+	case errors.As(err, &syntax), errors.As(err, &typ):
+		return ev, fmt.Errorf("selector: decode watch event: %w", err)
+	default:
+		return ev, io.EOF
+	}
+}
+
+func (s *watchStream) close() { s.body.Close() }
+
+// The API objects, with only the fields the ServerList reads.
+
+type objectMeta struct {
+	Name            string `json:"name"`
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+type listMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+type objectList struct {
+	Metadata listMeta          `json:"metadata"`
+	Items    []json.RawMessage `json:"items"`
+}
+
+type objectRef struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+type port struct {
+	Name     *string `json:"name"`
+	Port     *int32  `json:"port"`
+	Protocol *string `json:"protocol"`
+}
+
+// endpointSlice is a discovery.k8s.io/v1 EndpointSlice.
+type endpointSlice struct {
+	Metadata    objectMeta `json:"metadata"`
+	AddressType string     `json:"addressType"`
+	Endpoints   []struct {
+		Addresses  []string `json:"addresses"`
+		Conditions struct {
+			Ready       *bool `json:"ready"`
+			Serving     *bool `json:"serving"`
+			Terminating *bool `json:"terminating"`
+		} `json:"conditions"`
+		Hostname  *string    `json:"hostname"`
+		TargetRef *objectRef `json:"targetRef"`
+	} `json:"endpoints"`
+	Ports []port `json:"ports"`
+}
+
+// endpoints is a core/v1 Endpoints.
+type endpoints struct {
+	Metadata objectMeta `json:"metadata"`
+	Subsets  []struct {
+		Addresses []struct {
+			IP        string     `json:"ip"`
+			Hostname  string     `json:"hostname"`
+			TargetRef *objectRef `json:"targetRef"`
+		} `json:"addresses"`
+		Ports []port `json:"ports"`
+	} `json:"subsets"`
+}
