@@ -12,7 +12,12 @@ import (
 // DefaultPointsPerServer is the number of points each member gets on the ring
 // when WithPointsPerServer is not used. It is part of the key mapping: every
 // process that shares a cache must use the same value.
-const DefaultPointsPerServer = 1000
+//
+// The busiest member's share of the key space exceeds the mean by about
+// 1/sqrt(points) times a factor that grows slowly with the member count:
+// with 1500 points, by 3.6% on average at 10 members and 7% at 100 (1000
+// points give 5% and 8%). A ring of 1000 members takes 22 MB.
+const DefaultPointsPerServer = 1500
 
 // member is one server on the ring. id decides where its points go; addr is
 // where its connections go. They differ for StatefulSet pods, whose id (the
@@ -80,20 +85,45 @@ func newRing(ms []member, points int) *ring {
 		shift:   uint(64 - b),
 	}
 
-	// Place points in buckets by their top bits (a counting sort), then sort
-	// within buckets: linear in the number of points, where a comparison sort
-	// of a million points takes several times longer. Hashing twice, once to
-	// count and once to place, is cheaper than a temporary copy of every hash.
-	r.eachPoint(points, func(h uint64, _ uint32) { r.index[h>>r.shift+1]++ })
+	// Sort the points by hash in linear time, with two rounds of counting
+	// sort: by the top bits into at most 256 groups, then each group by its
+	// buckets. Each round writes to few places at a time, so it stays in
+	// cache; one round into a million buckets, or a comparison sort, takes
+	// several times longer. Points are hashed twice, to count and to place,
+	// rather than kept in a temporary copy.
+	g := min(8, b)
+	gshift := uint(64 - g)
+	groups := make([]uint32, (1<<g)+1)
+	r.eachPoint(points, func(h uint64, _ uint32) { groups[h>>gshift+1]++ })
+	for i := 1; i < len(groups); i++ {
+		groups[i] += groups[i-1]
+	}
+	next := slices.Clone(groups)
+	r.eachPoint(points, func(h uint64, m uint32) {
+		i := next[h>>gshift]
+		next[h>>gshift]++
+		r.hashes[i], r.owners[i] = h, m
+	})
+
+	for _, h := range r.hashes {
+		r.index[h>>r.shift+1]++
+	}
 	for i := 1; i < len(r.index); i++ {
 		r.index[i] += r.index[i-1]
 	}
-	next := slices.Clone(r.index[:len(r.index)-1])
-	r.eachPoint(points, func(h uint64, m uint32) {
-		i := next[h>>r.shift]
-		next[h>>r.shift]++
-		r.hashes[i], r.owners[i] = h, m
-	})
+	next = slices.Clone(r.index)
+	var hs []uint64
+	var ow []uint32
+	for i := range len(groups) - 1 {
+		lo, hi := groups[i], groups[i+1]
+		hs = append(hs[:0], r.hashes[lo:hi]...)
+		ow = append(ow[:0], r.owners[lo:hi]...)
+		for j, h := range hs {
+			k := next[h>>r.shift]
+			next[h>>r.shift]++
+			r.hashes[k], r.owners[k] = h, ow[j]
+		}
+	}
 	for bk := range len(r.index) - 1 {
 		r.sortBucket(int(r.index[bk]), int(r.index[bk+1]))
 	}

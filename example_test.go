@@ -1,0 +1,83 @@
+package selector_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+)
+
+// In a pod whose service account may list and watch EndpointSlices, route
+// keys to the pods of the headless Service memcache-headless.
+func ExampleNewServerList() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, err := selector.NewServerList(ctx, "memcache-headless:11211")
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer ss.Close()
+
+	cache := memcache.NewFromSelector(ss)
+	if err := cache.Set(&memcache.Item{Key: "greeting", Value: []byte("hello")}); err != nil {
+		log.Printf("set: %v", err)
+	}
+}
+
+// Outside a cluster, through kubectl proxy, with the server count logged on
+// every change.
+func ExampleNewServerList_outsideCluster() {
+	ss, err := selector.NewServerList(context.Background(), "memcache-headless.cache:memcache",
+		selector.WithAPIServer("http://127.0.0.1:8001"),
+		selector.WithSlog(slog.Default()),
+		selector.WithOnChange(func(servers []net.Addr) {
+			slog.Info("memcached servers changed", "count", len(servers))
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ss.Close()
+	_ = memcache.NewFromSelector(ss)
+}
+
+// The zero ServerList is a consistent-hashing drop-in for
+// memcache.ServerList: adding a server moves only the keys the new server
+// takes over.
+func ExampleServerList_SetServers() {
+	var ss selector.ServerList
+	if err := ss.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"); err != nil {
+		log.Fatal(err)
+	}
+	owner := func() map[string]string {
+		m := map[string]string{}
+		for i := range 10000 {
+			key := fmt.Sprintf("user:%d", i)
+			addr, _ := ss.PickServer(key)
+			m[key] = addr.String()
+		}
+		return m
+	}
+	before := owner()
+
+	if err := ss.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"); err != nil {
+		log.Fatal(err)
+	}
+	movedTo := map[string]int{}
+	for key, addr := range owner() {
+		if addr != before[key] {
+			movedTo[addr]++
+		}
+	}
+	fmt.Println(ss.Servers())
+	fmt.Printf("moved to the new server: %.0f%%, to others: %d\n", float64(movedTo["10.0.0.4:11211"])/100, len(movedTo)-1)
+	// Output:
+	// [10.0.0.1:11211 10.0.0.2:11211 10.0.0.3:11211 10.0.0.4:11211]
+	// moved to the new server: 24%, to others: 0
+}

@@ -1,0 +1,205 @@
+package selector
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/stretchr/testify/require"
+)
+
+// members returns members with the given ids, each dialled at its id.
+func members(ids ...string) []member {
+	ms := make([]member, len(ids))
+	for i, id := range ids {
+		ms[i] = member{id: id, addr: &staticAddr{network: "tcp", str: id}}
+	}
+	return ms
+}
+
+func podMembers(n int) []member {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("memcache-%d:11211", i)
+	}
+	return members(ids...)
+}
+
+// owner returns the id of the member owning key.
+func (r *ring) owner(key string) string {
+	return r.pick(xxhash.Sum64String(key)).id
+}
+
+// TestRingGolden pins the key-to-member mapping. If this test fails, the
+// change remaps the caches of every user on upgrade: do not update the
+// table unless that is intended and released as a breaking change.
+func TestRingGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ids    []string
+		points int
+		keys   map[string]string // key -> owner
+		// fingerprint is the xxhash of the owners of key:0 ... key:99999,
+		// so that any change to any key's owner shows.
+		fingerprint uint64
+	}{
+		{
+			name:   "IPs at the default points",
+			ids:    []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"},
+			points: DefaultPointsPerServer,
+			keys: map[string]string{
+				"":                    "10.0.0.2:11211",
+				"a":                   "10.0.0.3:11211",
+				"foo":                 "10.0.0.3:11211",
+				"user:42":             "10.0.0.2:11211",
+				"session:7f3a9c":      "10.0.0.3:11211",
+				"the quick brown fox": "10.0.0.2:11211",
+				"memcache-key-0001":   "10.0.0.2:11211",
+				"memcache-key-0002":   "10.0.0.1:11211",
+			},
+			fingerprint: 0xcd042ac72836dfc2,
+		},
+		{
+			name:   "pod names at 160 points",
+			ids:    []string{"memcache-0:11211", "memcache-1:11211", "memcache-2:11211", "memcache-3:11211", "memcache-4:11211"},
+			points: 160,
+			keys: map[string]string{
+				"a":              "memcache-1:11211",
+				"foo":            "memcache-0:11211",
+				"user:42":        "memcache-2:11211",
+				"session:7f3a9c": "memcache-4:11211",
+			},
+			fingerprint: 0xceb8166e6f71fd4a,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRing(canonical(members(tc.ids...)), tc.points)
+			for key, want := range tc.keys {
+				require.Equal(t, want, r.owner(key), "owner of %q", key)
+			}
+			d := xxhash.New()
+			for i := range 100000 {
+				d.WriteString(r.owner(fmt.Sprintf("key:%d", i)))
+			}
+			require.Equal(t, tc.fingerprint, d.Sum64(), "fingerprint of the owners of 100000 keys")
+		})
+	}
+}
+
+// TestRingPoints pins the point names: id + "-" + i in decimal.
+func TestRingPoints(t *testing.T) {
+	const points = 1234 // crosses 1-, 2-, 3- and 4-digit suffixes
+	r := newRing(members("a:1"), points)
+	want := make([]uint64, points)
+	for i := range want {
+		want[i] = xxhash.Sum64String(fmt.Sprintf("a:1-%d", i))
+	}
+	slices.Sort(want)
+	require.Equal(t, want, r.hashes)
+}
+
+// TestRingPick checks the indexed lookup against a binary search of the
+// sorted points, at hashes around every point and at the edges of the space.
+func TestRingPick(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		n, points     int
+		wantBucketMax int
+	}{
+		{"one member one point", 1, 1, 1},
+		{"one member", 1, 1000, 0},
+		{"three members", 3, 1000, 0},
+		{"many members few points", 50, 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRing(canonical(podMembers(tc.n)), tc.points)
+			ref := func(h uint64) uint32 {
+				i := sort.Search(len(r.hashes), func(i int) bool { return r.hashes[i] >= h })
+				if i == len(r.hashes) {
+					i = 0
+				}
+				return r.owners[i]
+			}
+			probes := []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 1, 1 << 63}
+			for _, h := range r.hashes {
+				probes = append(probes, h-1, h, h+1)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 10000 {
+				probes = append(probes, rng.Uint64())
+			}
+			for _, h := range probes {
+				got := r.pick(h)
+				require.Equal(t, &r.members[ref(h)], got, "pick(%#x)", h)
+			}
+		})
+	}
+}
+
+// TestRingCanonical: the ring is a pure function of the set of ids: order
+// and duplicates in the input change nothing.
+func TestRingCanonical(t *testing.T) {
+	ids := []string{"10.0.0.7:11211", "10.0.0.1:11211", "memcache-3:11211", "10.0.0.4:11211", "10.0.0.2:11211"}
+	want := newRing(canonical(members(ids...)), 100)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		shuffled := slices.Clone(ids)
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		shuffled = append(shuffled, shuffled[:rng.IntN(len(shuffled))]...)
+		got := newRing(canonical(members(shuffled...)), 100)
+		require.Equal(t, want.hashes, got.hashes)
+		require.Equal(t, want.owners, got.owners)
+		require.Equal(t, want.members, got.members)
+	}
+}
+
+// TestRingTies: equal point hashes are ordered by id, whatever the input.
+func TestRingTies(t *testing.T) {
+	r := &ring{hashes: []uint64{5, 5, 5, 3}, owners: []uint32{2, 0, 1, 2}}
+	r.sortBucket(0, 4)
+	require.Equal(t, []uint64{3, 5, 5, 5}, r.hashes)
+	require.Equal(t, []uint32{2, 0, 1, 2}, r.owners)
+}
+
+// TestRingMovement checks minimal disruption key by key: removing a member
+// moves only its keys, adding one moves keys only to it.
+func TestRingMovement(t *testing.T) {
+	ms := canonical(podMembers(10))
+	full := newRing(ms, DefaultPointsPerServer)
+	keys := make([]string, 20000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key:%d", i)
+	}
+	for gone := range ms {
+		rest := slices.Delete(slices.Clone(ms), gone, gone+1)
+		less := newRing(rest, DefaultPointsPerServer)
+		for _, k := range keys {
+			before, after := full.owner(k), less.owner(k)
+			if before != ms[gone].id {
+				require.Equal(t, before, after, "key %q moved between survivors when %s left", k, ms[gone].id)
+			}
+			// Read in reverse, the same pair is an add of ms[gone].
+			if after != before {
+				require.Equal(t, ms[gone].id, before, "key %q moved to %s, not to the added member", k, before)
+			}
+		}
+	}
+}
+
+func TestRingEmpty(t *testing.T) {
+	require.Nil(t, newRing(nil, DefaultPointsPerServer))
+	require.False(t, (*ring)(nil).sameIDs(podMembers(1)))
+}
+
+func TestIncDecimal(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"x-0", "x-1"}, {"x-9", "x-10"}, {"x-19", "x-20"}, {"x-999", "x-1000"}, {"x-1099", "x-1100"},
+	} {
+		require.Equal(t, tc.want, string(incDecimal([]byte(tc.in), 2)), tc.in)
+	}
+}

@@ -1,0 +1,366 @@
+package selector
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestZeroServerList(t *testing.T) {
+	var ss ServerList
+	_, err := ss.PickServer("k")
+	require.ErrorIs(t, err, ErrNoServers)
+	require.ErrorIs(t, err, memcache.ErrNoServers)
+	require.NoError(t, ss.Each(func(net.Addr) error { t.Fatal("Each called f on an empty list"); return nil }))
+	require.Empty(t, ss.Servers())
+	require.NoError(t, ss.Close())
+	require.NoError(t, ss.Close())
+}
+
+func TestSetServers(t *testing.T) {
+	var ss ServerList
+	require.NoError(t, ss.SetServers("127.0.0.3:11211", "127.0.0.1:11211", "/tmp/memcached.sock", "127.0.0.1:11211"))
+	require.Equal(t, []string{"/tmp/memcached.sock", "127.0.0.1:11211", "127.0.0.3:11211"}, addrStrings(ss.Servers()))
+	require.Equal(t, "unix", ss.Servers()[0].Network())
+	require.Equal(t, "tcp", ss.Servers()[1].Network())
+
+	// Resolve all or change nothing.
+	for _, bad := range []string{"127.0.0.1", "127.0.0.1:notaport", "256.0.0.1:11211x"} {
+		require.Error(t, ss.SetServers("127.0.0.9:11211", bad), bad)
+		require.Len(t, ss.Servers(), 3, "a failed SetServers(%q) changed the list", bad)
+	}
+
+	require.NoError(t, ss.SetServers())
+	_, err := ss.PickServer("k")
+	require.ErrorIs(t, err, ErrNoServers)
+}
+
+// TestSetServersOrder: unlike memcache.ServerList, the mapping is a function
+// of the set, so clients configured in a different order agree.
+func TestSetServersOrder(t *testing.T) {
+	var a, b ServerList
+	require.NoError(t, a.SetServers("127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"))
+	require.NoError(t, b.SetServers("127.0.0.3:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"))
+	for i := range 1000 {
+		k := fmt.Sprint("key", i)
+		x, _ := a.PickServer(k)
+		y, _ := b.PickServer(k)
+		require.Equal(t, x.String(), y.String(), k)
+	}
+}
+
+// TestStableAddrs: PickServer returns one net.Addr value per server, across
+// calls and across changes, as gomemcache's GetMulti groups keys by it.
+func TestStableAddrs(t *testing.T) {
+	var ss ServerList
+	require.NoError(t, ss.SetServers("127.0.0.1:1", "127.0.0.2:1"))
+	first := map[string]net.Addr{}
+	for i := range 200 {
+		a, err := ss.PickServer(fmt.Sprint(i))
+		require.NoError(t, err)
+		if prev, ok := first[a.String()]; ok {
+			require.Same(t, prev, a)
+		}
+		first[a.String()] = a
+	}
+	require.Len(t, first, 2)
+
+	require.NoError(t, ss.SetServers("127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"))
+	for _, a := range ss.Servers() {
+		if prev, ok := first[a.String()]; ok {
+			require.Same(t, prev, a, "%s got a new net.Addr after a change", a)
+		}
+	}
+}
+
+func TestPickServerAllocs(t *testing.T) {
+	for _, n := range []int{1, 3, 100} {
+		var ss ServerList
+		servers := make([]string, n)
+		for i := range servers {
+			servers[i] = fmt.Sprintf("127.0.%d.%d:11211", i/250, i%250+1)
+		}
+		require.NoError(t, ss.SetServers(servers...))
+		allocs := testing.AllocsPerRun(1000, func() {
+			a, _ := ss.PickServer("user:1234:profile")
+			_ = a.String()
+		})
+		require.Zero(t, allocs, "PickServer allocates at %d servers", n)
+	}
+}
+
+// TestUpdateKeepsRing: a change of address under the same identities (a
+// StatefulSet pod with a new IP) reuses the points, and moves no key.
+func TestUpdateKeepsRing(t *testing.T) {
+	var ss ServerList
+	ss.update(members("memcache-0:11211", "memcache-1:11211"))
+	before := ss.ring.Load()
+
+	ms := members("memcache-0:11211", "memcache-1:11211")
+	ms[1].addr = &staticAddr{network: "tcp", str: "10.0.0.9:11211"}
+	added, removed := ss.update(ms)
+	require.Equal(t, []string{"10.0.0.9:11211"}, added)
+	require.Equal(t, []string{"memcache-1:11211"}, removed)
+	after := ss.ring.Load()
+	require.NotSame(t, before, after)
+	require.Same(t, &before.hashes[0], &after.hashes[0], "the points were rebuilt")
+
+	added, removed = ss.update(ms)
+	require.Nil(t, added)
+	require.Nil(t, removed)
+	require.Same(t, after, ss.ring.Load(), "an unchanged set published a new ring")
+}
+
+// TestEachNoLock: Each's callback may change the list (it would deadlock if
+// Each held a lock) and sees the snapshot it started with.
+func TestEachNoLock(t *testing.T) {
+	var ss ServerList
+	require.NoError(t, ss.SetServers("127.0.0.1:1", "127.0.0.2:1"))
+	var seen []string
+	err := ss.Each(func(a net.Addr) error {
+		seen = append(seen, a.String())
+		return ss.SetServers("127.0.0.3:1")
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"127.0.0.1:1", "127.0.0.2:1"}, seen)
+	require.Equal(t, []string{"127.0.0.3:1"}, addrStrings(ss.Servers()))
+
+	stop := errors.New("stop")
+	n := 0
+	require.ErrorIs(t, ss.Each(func(net.Addr) error { n++; return stop }), stop)
+	require.Equal(t, 1, n)
+}
+
+// TestConcurrentUse runs readers against a writer; -race checks it.
+func TestConcurrentUse(t *testing.T) {
+	var ss ServerList
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if a, err := ss.PickServer(fmt.Sprint(i)); err == nil {
+					_ = a.String()
+				}
+				_ = ss.Each(func(net.Addr) error { return nil })
+			}
+		})
+	}
+	for i := range 50 {
+		require.NoError(t, ss.SetServers(fmt.Sprintf("127.0.0.%d:1", i%5+1), "127.0.0.100:1"))
+	}
+	close(done)
+	wg.Wait()
+}
+
+// TestWithGomemcache drives gomemcache's client through the ServerList
+// against three fake memcached servers and checks that each key was stored
+// on the server PickServer names.
+func TestWithGomemcache(t *testing.T) {
+	var servers []*fakeMemcached
+	var addrs []string
+	for range 3 {
+		s := newFakeMemcached(t)
+		servers = append(servers, s)
+		addrs = append(addrs, s.addr)
+	}
+	var ss ServerList
+	require.NoError(t, ss.SetServers(addrs...))
+	mc := memcache.NewFromSelector(&ss)
+
+	for i := range 60 {
+		key := fmt.Sprint("key:", i)
+		require.NoError(t, mc.Set(&memcache.Item{Key: key, Value: []byte(key)}))
+	}
+	for i := range 60 {
+		key := fmt.Sprint("key:", i)
+		a, err := ss.PickServer(key)
+		require.NoError(t, err)
+		for _, s := range servers {
+			assert.Equal(t, s.addr == a.String(), s.has(key), "key %q on %s, picked %s", key, s.addr, a)
+		}
+	}
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key:", i)
+	}
+	got, err := mc.GetMulti(keys)
+	require.NoError(t, err)
+	require.Len(t, got, 60)
+}
+
+// fakeMemcached speaks just enough of the memcached text protocol for set
+// and get, on loopback.
+type fakeMemcached struct {
+	addr string
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func newFakeMemcached(t *testing.T) *fakeMemcached {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	s := &fakeMemcached{addr: l.Addr().String(), data: map[string][]byte{}}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c)
+		}
+	}()
+	return s
+}
+
+func (s *fakeMemcached) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.data[key]
+	return ok
+}
+
+func (s *fakeMemcached) serve(c net.Conn) {
+	defer c.Close()
+	r, w := bufio.NewReader(c), bufio.NewWriter(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 5 && f[0] == "set":
+			var n int
+			fmt.Sscan(f[4], &n)
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.data[f[1]] = buf[:n]
+			s.mu.Unlock()
+			w.WriteString("STORED\r\n")
+		case len(f) >= 2 && (f[0] == "get" || f[0] == "gets"):
+			for _, k := range f[1:] {
+				s.mu.Lock()
+				v, ok := s.data[k]
+				s.mu.Unlock()
+				if ok {
+					fmt.Fprintf(w, "VALUE %s 0 %d 1\r\n%s\r\n", k, len(v), v)
+				}
+			}
+			w.WriteString("END\r\n")
+		default:
+			w.WriteString("ERROR\r\n")
+		}
+		w.Flush()
+	}
+}
+
+func addrStrings(as []net.Addr) []string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return s
+}
+
+func TestParseTarget(t *testing.T) {
+	env := map[string]string{}
+	o := options{getenv: func(k string) string { return env[k] }, saDir: t.TempDir()}
+	for _, tc := range []struct {
+		name, addr, podNS string
+		want              target
+		err               string
+	}{
+		{name: "service", addr: "memcache:11211", want: target{service: "memcache", namespace: "default", port: 11211}},
+		{name: "service in pod namespace", addr: "memcache:11211", podNS: "prod", want: target{service: "memcache", namespace: "prod", port: 11211}},
+		{name: "service.namespace", addr: "memcache.cache:11211", want: target{service: "memcache", namespace: "cache", port: 11211}},
+		{name: "service.namespace.svc", addr: "memcache.cache.svc:11211", want: target{service: "memcache", namespace: "cache", port: 11211}},
+		{name: "FQDN", addr: "memcache.cache.svc.cluster.local:11211", want: target{service: "memcache", namespace: "cache", port: 11211}},
+		{name: "FQDN with root dot", addr: "memcache.cache.svc.k8s.example.:11211", want: target{service: "memcache", namespace: "cache", port: 11211}},
+		{name: "named port", addr: "memcache-headless:memcache", want: target{service: "memcache-headless", namespace: "default", portName: "memcache"}},
+		{name: "no port", addr: "memcache", err: "missing port"},
+		{name: "empty", addr: "", err: "missing port"},
+		{name: "no service", addr: ":11211", err: "no service name"},
+		{name: "URL", addr: "http://memcache:11211", err: "is a URL"},
+		{name: "IP", addr: "10.0.0.1:11211", err: `"10" is not a Service name`},
+		{name: "upper case", addr: "Memcache:11211", err: "not a Service name"},
+		{name: "bad namespace", addr: "memcache.Cache:11211", err: "not a namespace name"},
+		{name: "not svc", addr: "memcache.cache.pod.cluster.local:11211", err: "not svc"},
+		{name: "port 0", addr: "memcache:0", err: "out of range"},
+		{name: "port too big", addr: "memcache:65536", err: "out of range"},
+		{name: "bad port name", addr: "memcache:mem_cache", err: "neither a number nor a Service port name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env["POD_NAMESPACE"] = tc.podNS
+			got, err := parseTarget(tc.addr, o)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.ErrorContains(t, err, "want service:port")
+				return
+			}
+			require.NoError(t, err)
+			tc.want.addr = tc.addr
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestNewServerListBadInput(t *testing.T) {
+	o := func(o *options) { o.getenv = func(string) string { return "" } }
+	_, err := NewServerList(t.Context(), "memcache", o)
+	require.ErrorContains(t, err, `bad address "memcache"`)
+
+	_, err = NewServerList(t.Context(), "memcache:11211", o)
+	require.ErrorIs(t, err, ErrNotInCluster)
+	require.ErrorContains(t, err, "WithAPIServer")
+
+	_, err = NewServerList(t.Context(), "memcache:11211", WithAPIServer("ftp://example.invalid"))
+	require.ErrorContains(t, err, "bad API server URL")
+
+	_, err = NewServerList(t.Context(), "memcache:11211", WithAPIServer("https://127.0.0.1:1"), WithCAFile(t.TempDir()+"/missing.crt"))
+	require.ErrorContains(t, err, "read API server CA")
+}
+
+type recordingLogger struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (l *recordingLogger) Errorf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, fmt.Sprintf(format, args...))
+}
+
+func (l *recordingLogger) Infof(string, ...any) {}
+
+func TestLimitedLogger(t *testing.T) {
+	rec := &recordingLogger{}
+	l := newLimitedLogger(rec, 50*time.Millisecond)
+	for i := range 5 {
+		l.Errorf("list failed: %d", i)
+	}
+	l.Errorf("other: %d", 1)
+	time.Sleep(60 * time.Millisecond)
+	l.Errorf("list failed: %d", 9)
+	require.Equal(t, []string{"list failed: 0", "other: 1", "list failed: 9 (and 4 more like it)"}, rec.errors)
+}
