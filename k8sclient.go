@@ -113,6 +113,9 @@ type client struct {
 	base  *url.URL
 	http  *http.Client
 	token *tokenFile // nil: send no token
+
+	log    Logger   // nil: do not log
+	warned sync.Map // API server warnings already logged
 }
 
 func newClient(o options) (*client, error) {
@@ -138,6 +141,9 @@ func newClient(o options) (*client, error) {
 		if caPath == "" {
 			caPath = o.saDir + "/ca.crt"
 		}
+	}
+	if o.httpClient != nil && o.httpClient.Timeout != 0 {
+		return nil, fmt.Errorf("selector: WithHTTPClient: the client's Timeout (%v) would cut every watch short; set it to zero (each request has its own deadline)", o.httpClient.Timeout)
 	}
 	c := &client{base: base, http: o.httpClient}
 	if tokenPath != "" {
@@ -252,6 +258,12 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 		resp, err := c.http.Do(req)
 		if err != nil {
 			return nil, err
+		}
+		// Such as "v1 Endpoints is deprecated in v1.33+": worth saying once.
+		for _, w := range resp.Header.Values("Warning") {
+			if _, seen := c.warned.LoadOrStore(w, true); !seen && c.log != nil {
+				c.log.Infof("selector: the API server warns: %s", w)
+			}
 		}
 		if resp.StatusCode == http.StatusOK {
 			return resp, nil

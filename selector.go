@@ -244,6 +244,7 @@ func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList
 		return nil, err
 	}
 	lg := newLimitedLogger(o.log, time.Minute)
+	c.log = lg
 	ss := &ServerList{points: o.points}
 	w := newWatcher(c, t, o, lg, func(ms []member) {
 		added, removed := ss.update(ms)

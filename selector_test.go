@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -363,4 +364,14 @@ func TestLimitedLogger(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	l.Errorf("list failed: %d", 9)
 	require.Equal(t, []string{"list failed: 0", "other: 1", "list failed: 9 (and 4 more like it)"}, rec.errors)
+}
+
+// TestREADMEProgram keeps the README's program the same as
+// examples/readme/main.go, which `go vet ./...` compiles.
+func TestREADMEProgram(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	program, err := os.ReadFile("examples/readme/main.go")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "```go\n"+string(program)+"```", "the README's program differs from examples/readme/main.go")
 }
