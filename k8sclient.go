@@ -52,12 +52,12 @@ func (e *APIError) Error() string {
 	req := fmt.Sprintf("%s %s in namespace %q", e.Verb, e.Resource, e.Namespace)
 	switch e.StatusCode {
 	case http.StatusForbidden:
-		return fmt.Sprintf("selector: %s is forbidden: the Role bound to this service account must allow verb %q on %s in that namespace (see the README's RBAC manifest): %s",
+		return fmt.Sprintf("%s is forbidden: the Role bound to this service account must allow verb %q on %s in that namespace (see the README's RBAC manifest): %s",
 			req, e.Verb, e.Resource, e.Message)
 	case http.StatusUnauthorized:
-		return fmt.Sprintf("selector: %s: unauthorized: the bearer token is missing, expired or revoked: %s", req, e.Message)
+		return fmt.Sprintf("%s: unauthorized: the bearer token is missing, expired or revoked: %s", req, e.Message)
 	}
-	return fmt.Sprintf("selector: %s: %d %s: %s", req, e.StatusCode, e.Reason, e.Message)
+	return fmt.Sprintf("%s: %d %s: %s", req, e.StatusCode, e.Reason, e.Message)
 }
 
 // expired reports whether the error says the requested resource version is
@@ -149,7 +149,7 @@ func newClient(o options) (*client, error) {
 	if tokenPath != "" {
 		c.token = &tokenFile{path: tokenPath}
 		if _, err := c.token.get(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("selector: %w", err)
 		}
 	}
 	if c.http == nil {
@@ -213,9 +213,9 @@ func (t *tokenFile) get() (string, error) {
 	tok := strings.TrimSpace(string(b))
 	switch {
 	case err == nil && tok == "":
-		err = fmt.Errorf("selector: token file %s is empty", t.path)
+		err = fmt.Errorf("token file %s is empty", t.path)
 	case err != nil:
-		err = fmt.Errorf("selector: read token: %w", err)
+		err = fmt.Errorf("read token: %w", err)
 	}
 	if err != nil {
 		if t.token != "" {
@@ -302,7 +302,7 @@ func (c *client) list(ctx context.Context, path string, q url.Values, r request,
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("selector: decode %s list: %w", r.resource, err)
+		return fmt.Errorf("decode %s list: %w", r.resource, err)
 	}
 	return nil
 }
@@ -359,7 +359,7 @@ func (s *watchStream) next() (event, error) {
 	case err == nil:
 		return ev, nil
 	case errors.As(err, &syntax), errors.As(err, &typ):
-		return ev, fmt.Errorf("selector: decode watch event: %w", err)
+		return ev, fmt.Errorf("decode watch event: %w", err)
 	default:
 		return ev, io.EOF
 	}

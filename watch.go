@@ -76,7 +76,7 @@ func newWatcher(c *client, t target, o options, log Logger, publish func([]membe
 
 // errShortWatch is a watch that closed at once with no events, which, if
 // resumed at once, would hammer the API server.
-var errShortWatch = errors.New("selector: watch closed immediately with no events")
+var errShortWatch = errors.New("watch closed immediately with no events")
 
 // run lists and watches until ctx is done. It sends one value on synced: nil
 // once the first list is published and the watch has started, or an error
@@ -201,10 +201,10 @@ func expired(err error) bool {
 }
 
 // errFallback says the list switched to legacy Endpoints: list again at once.
-var errFallback = errors.New("selector: switched to core/v1 Endpoints")
+var errFallback = errors.New("switched to core/v1 Endpoints")
 
 // errNoPort is a Service whose endpoints have no port matching the address.
-var errNoPort = errors.New("selector: no matching port")
+var errNoPort = errors.New("no matching port")
 
 func (w *watcher) path() (string, request) {
 	if w.legacy {
@@ -316,7 +316,7 @@ func (w *watcher) watch(ctx context.Context, established func()) (int, error) {
 		case "ERROR":
 			var st status
 			if err := json.Unmarshal(ev.Object, &st); err != nil {
-				return n, fmt.Errorf("selector: decode watch error: %w", err)
+				return n, fmt.Errorf("decode watch error: %w", err)
 			}
 			return n, r.error(st, 0)
 		default:
