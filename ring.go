@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"math"
 	"math/bits"
 	"net"
 	"slices"
@@ -15,8 +16,8 @@ import (
 //
 // The busiest member's share of the key space exceeds the mean by about
 // 1/sqrt(points) times a factor that grows slowly with the member count:
-// with 1500 points, by 3.6% on average at 10 members and 7% at 100 (1000
-// points give 5% and 8%). A ring of 1000 members takes 22 MB.
+// with 1500 points, by 4% on average at 10 members and 7% at 100 (1000
+// points give 5% and 8%). A ring of 1000 members takes 26 MB.
 const DefaultPointsPerServer = 1500
 
 // member is one server on the ring. id decides where its points go; addr is
@@ -46,17 +47,28 @@ func newStaticAddr(a net.Addr) *staticAddr {
 // around. Points are sorted by hash, ties broken by id, so the mapping does
 // not depend on input order or history.
 //
-// Lookups use a prefix index: bucket b holds the points whose top bits are b,
-// so a lookup scans about one point. A ring is never modified after build
-// and is safe for concurrent use.
+// A table splits the hash space into about four buckets per point. Most
+// buckets hold no point, and their entry is the owner of the whole bucket;
+// the entry of any other bucket is where to start scanning the points. So
+// most lookups read the table and the member, and none scans more than a few
+// points. A ring is never modified after build and is safe for concurrent
+// use.
 type ring struct {
 	members []member   // sorted by id, no duplicate ids
 	servers []net.Addr // the members' distinct addresses, sorted
 	hashes  []uint64   // point hashes, sorted
 	owners  []uint32   // owners[i] indexes members for hashes[i]
-	index   []uint32   // index[b] is the first point in bucket b; len = buckets+1
+	scan    []uint64   // hashes and a sentinel above every hash, to end scans
+	table   []uint32   // per bucket: direct|owner, or the first point in it
 	shift   uint       // a hash's bucket is hash >> shift
 }
+
+const (
+	direct        = 1 << 31 // a table entry with this bit set is a member index
+	tableOverPts  = 2       // about 4 (1<<2) buckets per point, so most are empty,
+	maxTableBits  = 21      // up to 8 MB of table
+	sortGroupBits = 8
+)
 
 // newRing builds a ring over ms with the given points per member. ms must be
 // sorted by id without duplicate ids (see canonical). It returns nil for an
@@ -65,87 +77,116 @@ func newRing(ms []member, points int) *ring {
 	if len(ms) == 0 {
 		return nil
 	}
-	if points < 1 {
-		points = 1
-	}
-	total := len(ms) * points
+	r := &ring{members: ms, servers: servers(ms)}
+	r.scan, r.owners = sortedPoints(ms, max(points, 1))
+	r.hashes = r.scan[:len(r.owners)]
 
-	// About two points per bucket: a short scan, and an index a quarter the
-	// size of the hash table.
-	b := bits.Len(uint(total)) - 1
-	if b < 1 {
-		b = 1
-	}
-	r := &ring{
-		members: ms,
-		servers: servers(ms),
-		hashes:  make([]uint64, total),
-		owners:  make([]uint32, total),
-		index:   make([]uint32, (1<<b)+1),
-		shift:   uint(64 - b),
-	}
-
-	// Sort the points by hash in linear time, with two rounds of counting
-	// sort: by the top bits into at most 256 groups, then each group by its
-	// buckets. Each round writes to few places at a time, so it stays in
-	// cache; one round into a million buckets, or a comparison sort, takes
-	// several times longer. Points are hashed twice, to count and to place,
-	// rather than kept in a temporary copy.
-	g := min(8, b)
-	gshift := uint(64 - g)
-	groups := make([]uint32, (1<<g)+1)
-	r.eachPoint(points, func(h uint64, _ uint32) { groups[h>>gshift+1]++ })
-	for i := 1; i < len(groups); i++ {
-		groups[i] += groups[i-1]
-	}
-	next := slices.Clone(groups)
-	r.eachPoint(points, func(h uint64, m uint32) {
-		i := next[h>>gshift]
-		next[h>>gshift]++
-		r.hashes[i], r.owners[i] = h, m
-	})
-
-	for _, h := range r.hashes {
-		r.index[h>>r.shift+1]++
-	}
-	for i := 1; i < len(r.index); i++ {
-		r.index[i] += r.index[i-1]
-	}
-	next = slices.Clone(r.index)
-	var hs []uint64
-	var ow []uint32
-	for i := range len(groups) - 1 {
-		lo, hi := groups[i], groups[i+1]
-		hs = append(hs[:0], r.hashes[lo:hi]...)
-		ow = append(ow[:0], r.owners[lo:hi]...)
-		for j, h := range hs {
-			k := next[h>>r.shift]
-			next[h>>r.shift]++
-			r.hashes[k], r.owners[k] = h, ow[j]
+	n := len(r.owners)
+	b := min(bits.Len(uint(n))+tableOverPts, maxTableBits)
+	r.table, r.shift = make([]uint32, 1<<b), uint(64-b)
+	bk := 0 // the first bucket not yet filled
+	for i, h := range r.hashes {
+		for ; bk < int(h>>r.shift); bk++ {
+			r.table[bk] = direct | r.owners[i] // an empty bucket: point i is next
+		}
+		if bk == int(h>>r.shift) {
+			r.table[bk] = uint32(i) // the first point in its bucket
+			bk++
 		}
 	}
-	for bk := range len(r.index) - 1 {
-		r.sortBucket(int(r.index[bk]), int(r.index[bk+1]))
+	for ; bk < len(r.table); bk++ {
+		r.table[bk] = direct | r.owners[0] // past the last point: wrap around
 	}
 	return r
 }
 
-// eachPoint calls f with the hash and owner of every point. The point names
-// id-0, id-1, ... are built by incrementing the decimal suffix in place,
-// which is several times faster than formatting each number.
-func (r *ring) eachPoint(points int, f func(h uint64, m uint32)) {
-	var buf []byte
-	for m := range r.members {
-		buf = append(append(buf[:0], r.members[m].id...), '-', '0')
-		n := len(buf) - 1 // start of the decimal suffix
-		for range points {
-			f(xxhash.Sum64(buf), uint32(m))
-			buf = incDecimal(buf, n)
-		}
+// pick returns the member that owns hash h.
+func (r *ring) pick(h uint64) *member {
+	e := r.table[h>>r.shift]
+	if e&direct != 0 {
+		return &r.members[e&^direct]
 	}
+	for r.scan[e] < h {
+		e++
+	}
+	if int(e) == len(r.owners) {
+		e = 0
+	}
+	return &r.members[r.owners[e]]
 }
 
-// incDecimal adds one to the decimal number in buf[start:].
+// sortedPoints returns the points of ms, their hashes and owners, sorted by
+// hash and then by owner. The hashes end with a sentinel, math.MaxUint64.
+//
+// The sort takes linear time, which matters at a million points: a counting
+// sort by the top 8 bits, which writes to 256 places at a time and so stays
+// in cache; then a counting sort of each group by its next bits, in a small
+// buffer; then an insertion sort of the point or two that share those bits.
+func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
+	n := len(ms) * points
+	gen := make([]uint64, n) // hashes in member order: owner = index / points
+	var name []byte
+	for m := range ms {
+		name = append(append(name[:0], ms[m].id...), '-', '0')
+		digits := len(name) - 1
+		for i := m * points; i < (m+1)*points; i++ {
+			gen[i] = xxhash.Sum64(name)
+			name = incDecimal(name, digits)
+		}
+	}
+
+	group := func(h uint64) int { return int(h >> (64 - sortGroupBits)) }
+	var start [1<<sortGroupBits + 1]int
+	for _, h := range gen {
+		start[group(h)+1]++
+	}
+	for g := 1; g < len(start); g++ {
+		start[g] += start[g-1]
+	}
+	next := start
+	hashes := make([]uint64, n, n+1)
+	owners := make([]uint32, n)
+	for m := range ms {
+		for _, h := range gen[m*points : (m+1)*points] {
+			i := next[group(h)]
+			next[group(h)]++
+			hashes[i], owners[i] = h, uint32(m)
+		}
+	}
+
+	subBits := max(0, bits.Len(uint(n))-1-sortGroupBits) // one or two points each
+	sub := func(h uint64) int { return int(h << sortGroupBits >> (64 - subBits)) }
+	count := make([]int, 1<<subBits+1)
+	var hs []uint64
+	var os []uint32
+	for g := range 1 << sortGroupBits {
+		lo, hi := start[g], start[g+1]
+		clear(count)
+		for _, h := range hashes[lo:hi] {
+			count[sub(h)+1]++
+		}
+		for s := 1; s < len(count); s++ {
+			count[s] += count[s-1]
+		}
+		hs, os = append(hs[:0], hashes[lo:hi]...), append(os[:0], owners[lo:hi]...)
+		for j, h := range hs {
+			k := lo + count[sub(h)]
+			count[sub(h)]++
+			hashes[k], owners[k] = h, os[j]
+		}
+		from := lo
+		for s := range len(count) - 1 { // count[s] is now the end of sub-bucket s
+			if lo+count[s]-from > 1 {
+				insertionSort(hashes, owners, from, lo+count[s])
+			}
+			from = lo + count[s]
+		}
+	}
+	return append(hashes, math.MaxUint64), owners
+}
+
+// incDecimal adds one to the decimal number in buf[start:]: the point names
+// id-0, id-1, ... are built several times faster than by formatting each.
 func incDecimal(buf []byte, start int) []byte {
 	for i := len(buf) - 1; i >= start; i-- {
 		if buf[i] < '9' {
@@ -157,30 +198,17 @@ func incDecimal(buf []byte, start int) []byte {
 	return slices.Insert(buf, start, '1')
 }
 
-// sortBucket insertion-sorts points [lo, hi) by hash, then by owner (owners
-// are indexes into members, which are sorted by id). Buckets hold about two
-// points, so insertion sort is the fastest choice.
-func (r *ring) sortBucket(lo, hi int) {
+// insertionSort sorts points [lo, hi) by hash, then by owner (owners index
+// members, which are sorted by id, so this breaks ties by id).
+func insertionSort(hashes []uint64, owners []uint32, lo, hi int) {
 	for i := lo + 1; i < hi; i++ {
-		h, o := r.hashes[i], r.owners[i]
+		h, o := hashes[i], owners[i]
 		j := i
-		for ; j > lo && (r.hashes[j-1] > h || r.hashes[j-1] == h && r.owners[j-1] > o); j-- {
-			r.hashes[j], r.owners[j] = r.hashes[j-1], r.owners[j-1]
+		for ; j > lo && (hashes[j-1] > h || hashes[j-1] == h && owners[j-1] > o); j-- {
+			hashes[j], owners[j] = hashes[j-1], owners[j-1]
 		}
-		r.hashes[j], r.owners[j] = h, o
+		hashes[j], owners[j] = h, o
 	}
-}
-
-// pick returns the member that owns hash h.
-func (r *ring) pick(h uint64) *member {
-	i, end := r.index[h>>r.shift], r.index[h>>r.shift+1]
-	for i < end && r.hashes[i] < h {
-		i++
-	}
-	if int(i) == len(r.hashes) {
-		i = 0
-	}
-	return &r.members[r.owners[i]]
 }
 
 // sameIDs reports whether r has exactly the member ids of ms, in which case

@@ -161,7 +161,7 @@ func TestRingCanonical(t *testing.T) {
 // TestRingTies: equal point hashes are ordered by id, whatever the input.
 func TestRingTies(t *testing.T) {
 	r := &ring{hashes: []uint64{5, 5, 5, 3}, owners: []uint32{2, 0, 1, 2}}
-	r.sortBucket(0, 4)
+	insertionSort(r.hashes, r.owners, 0, 4)
 	require.Equal(t, []uint64{3, 5, 5, 5}, r.hashes)
 	require.Equal(t, []uint32{2, 0, 1, 2}, r.owners)
 }
