@@ -113,6 +113,7 @@ type client struct {
 	base  *url.URL
 	http  *http.Client
 	token *tokenFile // nil: send no token
+	conns *conns     // the connections of our own transport; nil with WithHTTPClient
 
 	log    Logger   // nil: do not log
 	warned sync.Map // API server warnings already logged
@@ -153,7 +154,8 @@ func newClient(o options) (*client, error) {
 		}
 	}
 	if c.http == nil {
-		c.http, err = newHTTPClient(caPath)
+		c.conns = &conns{open: map[*trackedConn]bool{}}
+		c.http, err = newHTTPClient(caPath, c.conns)
 		if err != nil {
 			return nil, err
 		}
@@ -161,11 +163,19 @@ func newClient(o options) (*client, error) {
 	return c, nil
 }
 
+// close ends the connections of the client's own transport, once the watch
+// has stopped.
+func (c *client) close() {
+	if c.conns != nil {
+		c.conns.closeAll()
+	}
+}
+
 // newHTTPClient returns a client with one transport of its own, configured as
 // client-go configures its: dial, TLS and keep-alive timeouts, and HTTP/2 with
 // pings, so a watch on a dead connection fails within about 45 seconds
 // instead of lingering for the kernel's TCP timeout.
-func newHTTPClient(caPath string) (*http.Client, error) {
+func newHTTPClient(caPath string, cs *conns) (*http.Client, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caPath != "" {
 		pem, err := os.ReadFile(caPath)
@@ -179,7 +189,7 @@ func newHTTPClient(caPath string) (*http.Client, error) {
 	}
 	t := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         cs.dial(&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}),
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: tlsTimeout,
 		MaxIdleConnsPerHost: 25,
@@ -188,6 +198,59 @@ func newHTTPClient(caPath string) (*http.Client, error) {
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: pingAfterIdle, PingTimeout: pingTimeout},
 	}
 	return &http.Client{Transport: t}, nil
+}
+
+// conns tracks a transport's open connections, so that close can end them.
+// CloseIdleConnections is not enough: a watch cancelled by Close releases its
+// HTTP/2 stream a moment after Close returns, and the connection, idle too
+// late, would stay open with its reader goroutine until the API server
+// dropped it.
+type conns struct {
+	mu     sync.Mutex
+	open   map[*trackedConn]bool
+	closed bool
+}
+
+type trackedConn struct {
+	net.Conn
+	cs *conns
+}
+
+func (c *trackedConn) Close() error {
+	c.cs.mu.Lock()
+	delete(c.cs.open, c)
+	c.cs.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// dial returns d's DialContext, tracking the connections it makes.
+func (cs *conns) dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.closed { // a dial that finished after close
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		tc := &trackedConn{Conn: c, cs: cs}
+		cs.open[tc] = true
+		return tc, nil
+	}
+}
+
+// closeAll closes every connection, and any made later.
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	open := cs.open
+	cs.open, cs.closed = nil, true
+	cs.mu.Unlock()
+	for c := range open {
+		c.Conn.Close()
+	}
 }
 
 // tokenFile is a bearer token read from a file, read again when it is a

@@ -83,6 +83,7 @@ var errShortWatch = errors.New("watch closed immediately with no events")
 // that retrying cannot fix (bad credentials, missing RBAC verbs, no matching
 // port), after which it returns.
 func (w *watcher) run(ctx context.Context, synced chan<- error) {
+	defer w.c.close()
 	var (
 		listRV   = "0" // the first list may come from the API server's cache
 		needList = true
@@ -152,6 +153,9 @@ func (w *watcher) run(ctx context.Context, synced chan<- error) {
 // fail logs err and sleeps the next backoff interval, or until ctx is done.
 // The members stay as they are: an error never empties the ring.
 func (w *watcher) fail(ctx context.Context, b *backoff, err error) {
+	if ctx.Err() != nil {
+		return // err is the cancellation: keep the last real error for NewServerList
+	}
 	w.lastErr = err
 	d := b.next()
 	var e *APIError

@@ -1,0 +1,353 @@
+package selector
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clientOptions configures a client for f, as NewServerList would.
+func clientOptions(t *testing.T, f *fakeAPI, tokenFile string) options {
+	return options{apiServer: f.URL, caFile: f.caFile, tokenFile: tokenFile, getenv: func(string) string { return "" }, saDir: t.TempDir()}
+}
+
+// listSlices lists the memcache slices through c.
+func listSlices(t *testing.T, c *client) {
+	t.Helper()
+	var l objectList
+	q := url.Values{"labelSelector": {"kubernetes.io/service-name=memcache"}}
+	if err := c.list(context.Background(), "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", q, request{verb: "list"}, &l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubeletDir writes files as kubelet writes a projected volume: into a new
+// directory, which the ..data symlink then points to, atomically; the
+// visible names are symlinks through ..data.
+type kubeletDir struct {
+	t   *testing.T
+	dir string
+	n   int
+}
+
+func (k *kubeletDir) write(files map[string]string) {
+	k.t.Helper()
+	k.n++
+	ts := filepath.Join(k.dir, fmt.Sprintf("..2026_11_30_00_00_%02d.%d", k.n, 1000+k.n))
+	must := func(err error) {
+		k.t.Helper()
+		if err != nil {
+			k.t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(ts, 0o755))
+	for name, content := range files {
+		must(os.WriteFile(filepath.Join(ts, name), []byte(content), 0o600))
+		if _, err := os.Lstat(filepath.Join(k.dir, name)); err != nil {
+			must(os.Symlink(filepath.Join("..data", name), filepath.Join(k.dir, name)))
+		}
+	}
+	old, _ := os.Readlink(filepath.Join(k.dir, "..data"))
+	must(os.Symlink(filepath.Base(ts), filepath.Join(k.dir, "..data_tmp")))
+	must(os.Rename(filepath.Join(k.dir, "..data_tmp"), filepath.Join(k.dir, "..data")))
+	if old != "" {
+		must(os.RemoveAll(filepath.Join(k.dir, old)))
+	}
+}
+
+// A rotated service account token is read again once the cached one is
+// tokenReadPeriod old: kubelet swaps a symlink, so the client must re-read
+// by time, through the link.
+func TestTokenRotationBySymlinkSwap(t *testing.T) {
+	f := newFakeAPI(t)
+	k := &kubeletDir{t: t, dir: t.TempDir()}
+	k.write(map[string]string{"token": "token-1\n"})
+	c, err := newClient(clientOptions(t, f, filepath.Join(k.dir, "token")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+
+	listSlices(t, c)
+	k.write(map[string]string{"token": "token-2\n"})
+	listSlices(t, c) // within the period: the cached token
+	c.token.mu.Lock()
+	c.token.readAt = c.token.readAt.Add(-tokenReadPeriod) // the period passes
+	c.token.mu.Unlock()
+	listSlices(t, c)
+
+	// A read that fails keeps the last good token.
+	if err := os.RemoveAll(filepath.Join(k.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	c.token.expire()
+	listSlices(t, c)
+
+	var got []string
+	for _, r := range f.requests() {
+		got = append(got, r.auth)
+	}
+	want := []string{"Bearer token-1", "Bearer token-1", "Bearer token-2", "Bearer token-2"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("tokens sent %q, want %q", got, want)
+	}
+	if tokenReadPeriod != time.Minute {
+		t.Errorf("tokenReadPeriod = %v, want client-go's minute", tokenReadPeriod)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string // content "-" is no file
+		want, wantErr string
+	}{
+		{"trimmed", " token-1\n\n", "token-1", ""},
+		{"empty", " \n", "", "is empty"},
+		{"missing", "-", "", "read token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "token")
+			if tc.content != "-" {
+				if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tok, err := (&tokenFile{path: path}).get()
+			if tok != tc.want || (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("get() = %q, %v; want %q, an error saying %q", tok, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// Configuration errors fail NewServerList at once, saying what is wrong.
+func TestClientConfigErrors(t *testing.T) {
+	f := newFakeAPI(t)
+	notPEM := writeFile(t, "ca.crt", "not a certificate")
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"URL without scheme", []Option{WithAPIServer("10.0.0.1:6443")}, "bad API server URL"},
+		{"URL of another scheme", []Option{WithAPIServer("ftp://10.0.0.1")}, "bad API server URL"},
+		{"URL without host", []Option{WithAPIServer("https://")}, "bad API server URL"},
+		{"not in a pod", []Option{WithAPIServer("")}, ErrNotInCluster.Error()},
+		{"CA file missing", []Option{WithCAFile("/nonexistent/ca.crt")}, "read API server CA"},
+		{"CA file without PEM", []Option{WithCAFile(notPEM)}, "holds no PEM certificate"},
+		{"token file missing", []Option{WithTokenFile("/nonexistent/token")}, "read token"},
+		{"token file empty", []Option{WithTokenFile(writeFile(t, "token", "\n"))}, "is empty"},
+		{"HTTP client with a Timeout", []Option{WithHTTPClient(&http.Client{Timeout: time.Minute})}, "Timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := newServerList(t, f, "memcache:11211", tc.opts...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+}
+
+// In a pod the URL is https://KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT,
+// with brackets for IPv6.
+func TestInClusterURL(t *testing.T) {
+	sa := t.TempDir()
+	ca, err := os.ReadFile(newFakeAPI(t).caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"token": "t", "ca.crt": string(ca)} {
+		if err := os.WriteFile(filepath.Join(sa, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for host, want := range map[string]string{"10.96.0.1": "https://10.96.0.1:443", "fd00::1": "https://[fd00::1]:443"} {
+		env := map[string]string{"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "443"}
+		c, err := newClient(options{getenv: func(k string) string { return env[k] }, saDir: sa})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.base.String(); got != want {
+			t.Errorf("host %s: URL %s, want %s", host, got, want)
+		}
+		if c.token == nil || c.token.path != sa+"/token" {
+			t.Errorf("host %s: token %+v, want the service account's", host, c.token)
+		}
+	}
+}
+
+// The transport is client-go's: HTTP/2 with pings even with a custom CA,
+// TLS 1.2 or later, handshake timeout, no overall timeout. Each client has
+// its own.
+func TestHTTPClientSettings(t *testing.T) {
+	f := newFakeAPI(t)
+	c1, err1 := newClient(clientOptions(t, f, ""))
+	c2, err2 := newClient(clientOptions(t, f, ""))
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := c1.http.Transport.(*http.Transport)
+	if !ok {
+		t.Fatalf("transport %T, want *http.Transport", c1.http.Transport)
+	}
+	switch {
+	case c1.http.Timeout != 0:
+		t.Errorf("client Timeout %v would cut watches", c1.http.Timeout)
+	case !tr.ForceAttemptHTTP2:
+		t.Error("HTTP/2 not forced: a custom TLS config turns it off")
+	case tr.HTTP2 == nil || tr.HTTP2.SendPingTimeout != 30*time.Second || tr.HTTP2.PingTimeout != 15*time.Second:
+		t.Errorf("HTTP/2 config %+v, want pings after 30s idle, 15s timeout", tr.HTTP2)
+	case tr.TLSHandshakeTimeout != 10*time.Second || tr.MaxIdleConnsPerHost != 25 || tr.Proxy == nil || tr.DialContext == nil:
+		t.Errorf("transport %+v, want client-go's timeouts", tr)
+	case tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || tr.TLSClientConfig.RootCAs == nil:
+		t.Errorf("TLS config %+v, want TLS 1.2 and the CA file", tr.TLSClientConfig)
+	case c1.http.Transport == c2.http.Transport:
+		t.Error("two clients share a transport")
+	}
+}
+
+// WithHTTPClient's client is used as it is, with the bearer token added.
+func TestWithHTTPClient(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	ss := start(t, f, WithHTTPClient(f.Client()), WithCAFile("/nonexistent/ca.crt"))
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	for _, r := range f.requests() {
+		if r.auth != "Bearer token-1" {
+			t.Errorf("%s with Authorization %q, want the token", r.verb, r.auth)
+		}
+	}
+}
+
+// API server warnings, such as the Endpoints deprecation, are logged once.
+func TestWarningsLoggedOnce(t *testing.T) {
+	f := newFakeAPI(t)
+	const warning = `299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"`
+	f.set(func(f *fakeAPI) { f.warning = warning })
+	f.put(legacyEndpoints(fakeSubset{Addresses: []fakeAddress{{IP: "10.0.0.1"}}, Ports: memcachePort}))
+	log := &recLogger{t: t}
+	start(t, f, WithLegacyEndpoints(), WithLogger(log))
+	for i := 1; i <= 2; i++ {
+		w := f.waitWatch(i)
+		w.bookmark()
+		w.close()
+	}
+	f.waitWatch(3)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	n := 0
+	for _, l := range log.lines {
+		if strings.Contains(l, "v1 Endpoints is deprecated") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("warning logged %d times in 4 requests, want once", n)
+	}
+}
+
+func TestAPIErrorExpired(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  APIError
+		want bool
+	}{
+		{"410 Expired", APIError{StatusCode: 410, Reason: "Expired"}, true},
+		{"410 Gone", APIError{StatusCode: 410, Reason: "Gone"}, true},
+		{"410 without reason", APIError{StatusCode: 410}, true},
+		{"reason Expired in a 200 ERROR event", APIError{Reason: "Expired"}, true},
+		{"504 with cause ResourceVersionTooLarge", APIError{StatusCode: 504, Reason: "Timeout", causes: []string{"ResourceVersionTooLarge"}}, true},
+		{"504 saying Too large resource version", APIError{StatusCode: 504, Reason: "Timeout", Message: "Too large resource version: 9, current: 8"}, true},
+		{"504 timeout", APIError{StatusCode: 504, Reason: "Timeout", Message: "request timed out"}, false},
+		{"500", APIError{StatusCode: 500, Reason: "InternalError"}, false},
+		{"429", APIError{StatusCode: 429, Reason: "TooManyRequests"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.err.expired(); got != tc.want {
+				t.Errorf("expired() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadError(t *testing.T) {
+	r := request{verb: "watch", resource: "endpointslices.discovery.k8s.io", namespace: "ns"}
+	for _, tc := range []struct {
+		name       string
+		code       int
+		header     map[string]string
+		body       string
+		want       APIError
+		retryAfter time.Duration
+		causes     []string
+	}{
+		{"Status body", 403, nil,
+			`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nope","reason":"Forbidden","code":403}`,
+			APIError{StatusCode: 403, Reason: "Forbidden", Message: "nope"}, 0, nil},
+		{"Status with causes and retryAfterSeconds", 504, nil,
+			`{"kind":"Status","message":"Too large resource version","reason":"Timeout","code":504,"details":{"causes":[{"reason":"ResourceVersionTooLarge"}],"retryAfterSeconds":2}}`,
+			APIError{StatusCode: 504, Reason: "Timeout", Message: "Too large resource version"}, 2 * time.Second, []string{"ResourceVersionTooLarge"}},
+		{"Retry-After header", 429, map[string]string{"Retry-After": "3"},
+			`{"kind":"Status","message":"slow down","reason":"TooManyRequests","code":429}`,
+			APIError{StatusCode: 429, Reason: "TooManyRequests", Message: "slow down"}, 3 * time.Second, nil},
+		{"Retry-After as a date is ignored", 503, map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, "",
+			APIError{StatusCode: 503, Reason: "Service Unavailable"}, 0, nil},
+		{"a proxy's text body", 502, nil, "upstream connect error\n",
+			APIError{StatusCode: 502, Reason: "Bad Gateway", Message: "upstream connect error"}, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			for k, v := range tc.header {
+				rec.Header().Set(k, v)
+			}
+			rec.WriteHeader(tc.code)
+			io.WriteString(rec, tc.body)
+			e := readError(rec.Result(), r)
+			tc.want.Verb, tc.want.Resource, tc.want.Namespace = r.verb, r.resource, r.namespace
+			tc.want.retryAfter, tc.want.causes = tc.retryAfter, tc.causes
+			if e.Error() != tc.want.Error() || e.retryAfter != tc.want.retryAfter || strings.Join(e.causes, ",") != strings.Join(tc.causes, ",") {
+				t.Errorf("readError = %+v, want %+v", *e, tc.want)
+			}
+		})
+	}
+}
+
+// A stream that ends, even mid-event, is a clean close; malformed JSON is an
+// error.
+func TestWatchStreamNext(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		wantErr    bool // else io.EOF
+	}{
+		{"end", `{"type":"ADDED","object":{}}` + "\n", false},
+		{"cut mid-event", `{"type":"ADDED","object":{}}` + "\n" + `{"type":"MODI`, false},
+		{"malformed", `{"type":"ADDED","object":{}}` + "\n" + `{"type": ADDED}`, true},
+		{"wrong type", `{"type":"ADDED","object":{}}` + "\n" + `{"type": 7}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := io.NopCloser(strings.NewReader(tc.body))
+			s := &watchStream{body: body, dec: json.NewDecoder(body)}
+			if ev, err := s.next(); err != nil || ev.Type != "ADDED" {
+				t.Fatalf("first event %+v, %v", ev, err)
+			}
+			_, err := s.next()
+			if tc.wantErr == errors.Is(err, io.EOF) || err == nil {
+				t.Errorf("next() = %v, want an error: %v", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,1310 @@
+package selector
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// These tests drive NewServerList against fakeAPI (fakeapi_test.go). Unless
+// a test says otherwise, the store holds EndpointSlices of Service "memcache"
+// in namespace "default", and the address is "memcache:11211".
+
+const waitFor = 10 * time.Second
+
+// eventually polls cond until it holds, and fails the test if it does not
+// within waitFor.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func withTiming(tm timing) Option { return func(o *options) { o.timing = tm } }
+
+// withEnv replaces the environment seen by NewServerList.
+func withEnv(env map[string]string) Option {
+	return func(o *options) { o.getenv = func(k string) string { return env[k] } }
+}
+
+func withSADir(dir string) Option { return func(o *options) { o.saDir = dir } }
+
+// fastTiming makes backoffs milliseconds; watches last long unless a test
+// ends them.
+func fastTiming() timing {
+	return timing{
+		watchTimeout: func() time.Duration { return time.Minute },
+		watchGrace:   time.Minute,
+		backoffBase:  2 * time.Millisecond,
+		backoffCap:   20 * time.Millisecond,
+		backoffReset: time.Minute,
+		shortWatch:   500 * time.Millisecond,
+	}
+}
+
+// recLogger records log lines, and passes them to t.Log.
+type recLogger struct {
+	t     testing.TB
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recLogger) Errorf(format string, args ...any) {
+	l.add("ERROR " + fmt.Sprintf(format, args...))
+}
+func (l *recLogger) Infof(format string, args ...any) { l.add("INFO " + fmt.Sprintf(format, args...)) }
+
+func (l *recLogger) add(s string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, s)
+	l.mu.Unlock()
+	l.t.Log(s)
+}
+
+func (l *recLogger) has(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(s string) bool { return strings.Contains(s, sub) })
+}
+
+// writeFile writes a file in a new temporary directory and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fakeOptions configures a ServerList for f: its URL, CA, token "token-1",
+// fast timing, an empty environment and service account directory. Later
+// options override these.
+func fakeOptions(t *testing.T, f *fakeAPI, opts ...Option) []Option {
+	base := []Option{WithAPIServer(f.URL), WithCAFile(f.caFile), WithTokenFile(writeFile(t, "token", "token-1\n")),
+		withTiming(fastTiming()), withEnv(nil), withSADir(t.TempDir()), WithLogger(&recLogger{t: t})}
+	return append(base, opts...)
+}
+
+// newServerList calls NewServerList for f, and closes the result at the end
+// of the test.
+func newServerList(t *testing.T, f *fakeAPI, addr string, opts ...Option) (*ServerList, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ss, err := NewServerList(ctx, addr, fakeOptions(t, f, opts...)...)
+	if ss != nil {
+		t.Cleanup(func() { ss.Close() })
+	}
+	return ss, err
+}
+
+// start is newServerList for tests that need it to succeed.
+func start(t *testing.T, f *fakeAPI, opts ...Option) *ServerList {
+	t.Helper()
+	ss, err := newServerList(t, f, "memcache:11211", opts...)
+	if err != nil {
+		t.Fatalf("NewServerList: %v", err)
+	}
+	return ss
+}
+
+func addrs(ss *ServerList) []string {
+	var as []string
+	for _, a := range ss.Servers() {
+		as = append(as, a.String())
+	}
+	return as
+}
+
+// servers turns "10.0.0.1" into "10.0.0.1:11211".
+func hostports(ips ...string) []string {
+	var as []string
+	for _, ip := range ips {
+		as = append(as, net.JoinHostPort(ip, "11211"))
+	}
+	return as
+}
+
+func waitServers(t *testing.T, ss *ServerList, want ...string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("servers %v (have %v)", want, addrs(ss)), func() bool { return slices.Equal(addrs(ss), want) })
+}
+
+func checkServers(t *testing.T, ss *ServerList, want ...string) {
+	t.Helper()
+	if got := addrs(ss); !slices.Equal(got, want) {
+		t.Fatalf("servers = %v, want %v", got, want)
+	}
+}
+
+// barrier returns once the ServerList has applied every event sent on w
+// before it: it adds a marker slice and waits for it to come and go.
+func barrier(t *testing.T, w *fakeWatch, ss *ServerList) {
+	t.Helper()
+	m := v4("marker", ep("192.0.2.1"))
+	has := func() bool { return slices.Contains(addrs(ss), "192.0.2.1:11211") }
+	w.apply("ADDED", m)
+	eventually(t, "the marker to arrive", has)
+	w.apply("DELETED", m)
+	eventually(t, "the marker to leave", func() bool { return !has() })
+}
+
+func TestListThenWatch(t *testing.T) {
+	f := newFakeAPI(t)
+	other := v4("other-xyz", ep("10.9.9.9"))
+	other.Metadata.Labels["kubernetes.io/service-name"] = "other"
+	f.put(v4("memcache-abc", ep("10.0.0.2"), ep("10.0.0.1")), other)
+	listRV := f.version()
+	ss := start(t, f)
+	checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+
+	rs := f.requests()
+	if len(rs) != 2 || rs[0].verb != "list" || rs[1].verb != "watch" {
+		t.Fatalf("requests = %+v, want a list, then a watch", rs)
+	}
+	for _, r := range rs {
+		if r.path != "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" {
+			t.Errorf("%s path = %s", r.verb, r.path)
+		}
+		if !strings.Contains(r.rawQuery, "labelSelector=kubernetes.io%2Fservice-name%3Dmemcache") {
+			t.Errorf("%s query %s: labelSelector not URL-encoded", r.verb, r.rawQuery)
+		}
+		if r.auth != "Bearer token-1" || r.accept != "application/json" || r.proto != 2 || !strings.HasPrefix(r.agent, "k8s-memcache-selector") {
+			t.Errorf("%s: Authorization %q, Accept %q, HTTP/%d, User-Agent %q; want the token, JSON, HTTP/2 and ours", r.verb, r.auth, r.accept, r.proto, r.agent)
+		}
+	}
+	if rv := rs[0].query.Get("resourceVersion"); rv != "0" {
+		t.Errorf("list resourceVersion = %q, want 0 (from the cache)", rv)
+	}
+	w := rs[1].query
+	if w.Get("resourceVersion") != listRV || w.Get("allowWatchBookmarks") != "true" || w.Get("timeoutSeconds") != "60" || w.Get("watch") != "1" {
+		t.Errorf("watch query = %v, want resourceVersion=%s (the list's), allowWatchBookmarks=true, timeoutSeconds=60, watch=1", w, listRV)
+	}
+}
+
+func TestWatchEvents(t *testing.T) {
+	f := newFakeAPI(t)
+	a := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2"))
+	f.put(a)
+	ss := start(t, f)
+	w := f.waitWatch(1)
+
+	b := v4("memcache-b", ep("10.0.0.3"))
+	w.apply("ADDED", b)
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2", "10.0.0.3")...)
+
+	a.Endpoints = a.Endpoints[:1]
+	w.apply("MODIFIED", a)
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.3")...)
+
+	w.apply("DELETED", b)
+	waitServers(t, ss, hostports("10.0.0.1")...)
+
+	// A slice that stops matching the selector arrives as DELETED with its
+	// last state, endpoints and all.
+	w.apply("DELETED", a)
+	waitServers(t, ss)
+
+	if n := len(f.requests("list", "watch")); n != 2 {
+		t.Errorf("%d requests, want the list and the one watch", n)
+	}
+}
+
+func TestWatchSkipsBadEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		typ   string
+		event any
+	}{
+		{"unknown type", "SURPRISE", v4("memcache-x", ep("10.0.0.9"))},
+		{"null object", "ADDED", nil},
+		{"object not an object", "ADDED", "10.0.0.9"},
+		{"object without a name", "ADDED", v4("", ep("10.0.0.9"))},
+		{"deleted without a name", "DELETED", v4("", ep("10.0.0.1"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			ss := start(t, f)
+			w := f.waitWatch(1)
+
+			w.send(tc.typ, tc.event)
+			barrier(t, w, ss) // and the stream is still open
+			checkServers(t, ss, hostports("10.0.0.1")...)
+			if n := len(f.requests("list", "watch")); n != 2 {
+				t.Errorf("%d requests, want the list and the one watch", n)
+			}
+		})
+	}
+}
+
+// A clean close resumes from the last resource version seen, without a list.
+func TestRewatchFromLastResourceVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send func(w *fakeWatch) (rv string)
+	}{
+		{"after an event", func(w *fakeWatch) string {
+			s := v4("memcache-b", ep("10.0.0.2"))
+			w.apply("ADDED", s)
+			return s.Metadata.ResourceVersion
+		}},
+		{"after a bookmark", func(w *fakeWatch) string { return w.bookmark() }},
+		{"after an event and a bookmark", func(w *fakeWatch) string {
+			w.apply("ADDED", v4("memcache-b", ep("10.0.0.2")))
+			return w.bookmark()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			start(t, f)
+			w := f.waitWatch(1)
+			rv := tc.send(w)
+			w.close()
+
+			f.waitWatch(2)
+			rs := f.requests("list", "watch")
+			if len(rs) != 3 || rs[2].verb != "watch" {
+				t.Fatalf("requests %+v, want list, watch, watch", rs)
+			}
+			if got := rs[2].query.Get("resourceVersion"); got != rv {
+				t.Errorf("second watch from resourceVersion %q, want %q", got, rv)
+			}
+		})
+	}
+}
+
+// An expired resource version, in the stream or in the answer to a request,
+// makes the watcher list again from the latest state (resourceVersion ""),
+// keeping its servers meanwhile.
+func TestRelistWhenExpired(t *testing.T) {
+	gone := fault{code: 410, reason: "Gone", message: "too old resource version: 3 (40)"}
+	tooLargeByMessage := fault{code: 504, reason: "Timeout", message: "Too large resource version: 99, current: 40"}
+	atWatchStart := func(ft fault) func(f *fakeAPI, w *fakeWatch) {
+		return func(f *fakeAPI, w *fakeWatch) {
+			f.failNext("watch", ft)
+			w.bookmark()
+			w.close()
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		trigger func(f *fakeAPI, w *fakeWatch)
+	}{
+		{"ERROR 410 Expired in the stream", func(f *fakeAPI, w *fakeWatch) { w.send("ERROR", expiredFault.status()) }},
+		{"ERROR 410 Gone in the stream", func(f *fakeAPI, w *fakeWatch) { w.send("ERROR", gone.status()) }},
+		{"HTTP 410 Expired on watch start", atWatchStart(expiredFault)},
+		{"HTTP 410 Gone on watch start", atWatchStart(gone)},
+		{"504 ResourceVersionTooLarge on watch start", atWatchStart(tooLargeRV)},
+		{"504 too large resource version message on watch start", atWatchStart(tooLargeByMessage)},
+		{"ERROR ResourceVersionTooLarge in the stream", func(f *fakeAPI, w *fakeWatch) { w.send("ERROR", tooLargeRV.status()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			b := v4("memcache-b", ep("10.0.0.2"))
+			f.put(v4("memcache-a", ep("10.0.0.1")), b)
+			ss := start(t, f)
+			w := f.waitWatch(1)
+
+			// Changes the watcher misses: the relist must replace its state.
+			f.remove(b)
+			f.put(v4("memcache-c", ep("10.0.0.3")))
+			release := f.hold("list")
+			tc.trigger(f, w)
+
+			lists := f.waitRequests("list", 2)
+			if q := lists[1].query; !q.Has("resourceVersion") || q.Get("resourceVersion") != "" {
+				t.Errorf("relist query %s, want resourceVersion= (the latest)", lists[1].rawQuery)
+			}
+			checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+			latest := f.version()
+			release()
+			waitServers(t, ss, hostports("10.0.0.1", "10.0.0.3")...)
+			if rv := f.waitWatch(2).query.Get("resourceVersion"); rv != latest {
+				t.Errorf("watch after relist from resourceVersion %q, want the relist's %q", rv, latest)
+			}
+		})
+	}
+}
+
+// The first list may fail as expired too; the watcher relists at once from
+// the latest state.
+func TestRelistWhenListExpired(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	f.failNext("list", expiredFault)
+	ss := start(t, f)
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	lists := f.requests("list")
+	if len(lists) != 2 || lists[0].query.Get("resourceVersion") != "0" || !lists[1].query.Has("resourceVersion") || lists[1].query.Get("resourceVersion") != "" {
+		t.Errorf("lists %+v, want resourceVersion 0, then resourceVersion=", lists)
+	}
+}
+
+// A watch that ends at once with no events is an error: the watcher backs off
+// instead of reconnecting in a hot loop, and resumes without relisting.
+func TestShortWatchBacksOff(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	f.set(func(f *fakeAPI) { f.emptyWatches = true })
+	listRV := f.version()
+	tm := fastTiming()
+	tm.backoffBase, tm.backoffCap = 10*time.Millisecond, 100*time.Millisecond
+	ss := start(t, f, withTiming(tm))
+
+	// Backing off, the sleeps are at least 10, 20, 40, 80, 100, 100 ms: at
+	// most 6 watches in 300 ms. A hot loop makes hundreds.
+	n0 := len(f.requests("watch"))
+	time.Sleep(300 * time.Millisecond)
+	n := len(f.requests("watch")) - n0
+	if n < 1 || n > 8 {
+		t.Errorf("%d watches in 300ms, want 1 to 8", n)
+	}
+	for _, r := range f.requests("watch") {
+		if rv := r.query.Get("resourceVersion"); rv != listRV {
+			t.Errorf("watch from resourceVersion %q, want the list's %s", rv, listRV)
+		}
+	}
+	if n := len(f.requests("list")); n != 1 {
+		t.Errorf("%d lists, want 1", n)
+	}
+	checkServers(t, ss, hostports("10.0.0.1")...)
+}
+
+// A watch on a connection that has silently died ends at the client's
+// deadline (timeoutSeconds plus grace), and the watcher resumes.
+func TestDeadStreamTimesOut(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	tm := fastTiming()
+	tm.watchTimeout = func() time.Duration { return 100 * time.Millisecond }
+	tm.watchGrace = 100 * time.Millisecond
+	tm.shortWatch = 10 * time.Millisecond
+	ss := start(t, f, withTiming(tm))
+
+	w1 := f.waitWatch(1) // the fake never ends it
+	f.waitWatch(2)
+	select {
+	case <-w1.gone:
+	default:
+		t.Error("the client started a new watch without ending the dead one")
+	}
+	ws := f.requests("watch")
+	// The client's 200ms deadline starts a little before the fake sees the
+	// request.
+	if d := ws[1].at.Sub(ws[0].at); d < 150*time.Millisecond {
+		t.Errorf("second watch %v after the first, want about the 200ms deadline", d)
+	}
+	if ws[0].query.Get("timeoutSeconds") != "1" || ws[1].query.Get("resourceVersion") != ws[0].query.Get("resourceVersion") {
+		t.Errorf("watches %v then %v, want timeoutSeconds=1 and the same resourceVersion", ws[0].query, ws[1].query)
+	}
+	if n := len(f.requests("list")); n != 1 {
+		t.Errorf("%d lists, want 1", n)
+	}
+	checkServers(t, ss, hostports("10.0.0.1")...)
+}
+
+// An endpoint moving from slice A to slice B shows up in B before it leaves
+// A; it must never leave the ring.
+func TestEndpointMovesBetweenSlices(t *testing.T) {
+	f := newFakeAPI(t)
+	var mu sync.Mutex
+	var sets [][]string
+	onChange := WithOnChange(func(s []net.Addr) {
+		mu.Lock()
+		defer mu.Unlock()
+		var set []string
+		for _, a := range s {
+			set = append(set, a.String())
+		}
+		sets = append(sets, set)
+	})
+	a, b := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")), v4("memcache-b", ep("10.0.0.3"))
+	f.put(a, b)
+	ss := start(t, f, onChange)
+	w := f.waitWatch(1)
+	all := hostports("10.0.0.1", "10.0.0.2", "10.0.0.3")
+
+	b.Endpoints = append(b.Endpoints, ep("10.0.0.2"))
+	w.apply("MODIFIED", b)
+	barrier(t, w, ss)
+	checkServers(t, ss, all...)
+
+	a.Endpoints = a.Endpoints[:1]
+	w.apply("MODIFIED", a)
+	barrier(t, w, ss)
+	checkServers(t, ss, all...)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, set := range sets {
+		if !slices.Contains(set, "10.0.0.2:11211") {
+			t.Errorf("10.0.0.2 left the ring: servers %v", set)
+		}
+	}
+}
+
+func TestSliceUnion(t *testing.T) {
+	v6 := func(name string, eps ...fakeEndpoint) *fakeSlice { return slice(name, "IPv6", memcachePort, eps...) }
+	for _, tc := range []struct {
+		name   string
+		slices []*fakeSlice
+		opts   []Option
+		want   []string
+	}{
+		{"duplicates across slices count once",
+			[]*fakeSlice{v4("memcache-a", ep("10.0.0.1")), v4("memcache-b", ep("10.0.0.1"), ep("10.0.0.2"))},
+			nil, hostports("10.0.0.1", "10.0.0.2")},
+		{"dual-stack takes IPv4 by default",
+			[]*fakeSlice{v4("memcache-a", ep("10.0.0.1").pod("m-0", ""), ep("10.0.0.2").pod("m-1", "")),
+				v6("memcache-b", ep("fd00::1").pod("m-0", ""), ep("fd00::2").pod("m-1", ""))},
+			nil, hostports("10.0.0.1", "10.0.0.2")},
+		{"dual-stack with WithIPFamily IPv6",
+			[]*fakeSlice{v4("memcache-a", ep("10.0.0.1").pod("m-0", ""), ep("10.0.0.2").pod("m-1", "")),
+				v6("memcache-b", ep("fd00::1").pod("m-0", ""), ep("fd00::2").pod("m-1", ""))},
+			[]Option{WithIPFamily("IPv6")}, hostports("fd00::1", "fd00::2")},
+		{"IPv6-only Service",
+			[]*fakeSlice{v6("memcache-b", ep("fd00::1"), ep("fd00::2"))},
+			nil, hostports("fd00::1", "fd00::2")},
+		{"same address under two identities counts once", // a mirrored slice without targetRef
+			[]*fakeSlice{v4("memcache-a", ep("10.0.0.1")), v4("memcache-b", fakeEndpoint{Addresses: []string{"10.0.0.1"}})},
+			nil, hostports("10.0.0.1")},
+		{"FQDN slices are ignored",
+			[]*fakeSlice{v4("memcache-a", ep("10.0.0.1")), slice("memcache-f", "FQDN", memcachePort, ep("memcache-0.example.com"), ep("10.0.0.9"))},
+			nil, hostports("10.0.0.1")},
+		{"addresses that are not IPs are skipped",
+			[]*fakeSlice{v4("memcache-a", ep(""), ep("not-an-ip"), ep("10.0.0.300")), slice("memcache-b", "IPv6", memcachePort, ep("fd00::zz"))},
+			nil, nil},
+		{"only the first address of an endpoint",
+			[]*fakeSlice{v4("memcache-a", fakeEndpoint{Addresses: []string{"10.0.0.1", "10.0.0.7"}})},
+			nil, hostports("10.0.0.1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			for _, s := range tc.slices {
+				f.put(s)
+			}
+			ss := start(t, f, tc.opts...)
+			checkServers(t, ss, tc.want...)
+		})
+	}
+}
+
+// An address listed twice under two identities (one slice with the pod, a
+// mirrored one without) is one server with one server's share of the keys.
+func TestDuplicateAddressWeighsOnce(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")), v4("memcache-b", fakeEndpoint{Addresses: []string{"10.0.0.1"}}, ep("10.0.0.2")))
+	ss := start(t, f)
+	checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+	n := 0
+	for i := range 10000 {
+		if a, _ := ss.PickServer(fmt.Sprint("key-", i)); a.String() == "10.0.0.1:11211" {
+			n++
+		}
+	}
+	if n < 4000 || n > 6000 {
+		t.Errorf("10.0.0.1 owns %d of 10000 keys, want about half", n)
+	}
+}
+
+// Only ready endpoints are servers: ready, serving and not terminating, a
+// missing condition counting as ready, serving, not terminating.
+func TestEndpointConditions(t *testing.T) {
+	yes, no := ptr(true), ptr(false)
+	cases := []struct {
+		name string
+		ep   func(ip string) fakeEndpoint
+		want bool
+	}{
+		{"ready", ep, true},
+		{"no conditions", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, nil) }, true},
+		{"ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(yes, nil, nil) }, true},
+		{"ready missing, serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, yes, no) }, true},
+		{"not ready", func(ip string) fakeEndpoint { return ep(ip).cond(no, no, no) }, false},
+		{"not ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(no, nil, nil) }, false},
+		{"ready missing, not serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, no, nil) }, false},
+		{"terminating, still serving", func(ip string) fakeEndpoint { return ep(ip).cond(no, yes, yes) }, false},
+		{"terminating, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, yes) }, false},
+		// publishNotReadyAddresses makes ready always true.
+		{"publishNotReadyAddresses, pod not ready", func(ip string) fakeEndpoint { return ep(ip).cond(yes, no, no) }, false},
+		{"publishNotReadyAddresses, pod terminating", func(ip string) fakeEndpoint { return ep(ip).cond(yes, yes, yes) }, false},
+	}
+	f := newFakeAPI(t)
+	var eps []fakeEndpoint
+	for i, tc := range cases {
+		eps = append(eps, tc.ep(fmt.Sprintf("10.0.0.%d", i+1)))
+	}
+	// Addresses that are not IPs never become servers, whatever the conditions.
+	eps = append(eps, ep(""), ep("not-an-ip"), ep("10.0.0.300"), fakeEndpoint{})
+	f.put(v4("memcache-a", eps...))
+	ss := start(t, f)
+	got := addrs(ss)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fmt.Sprintf("10.0.0.%d:11211", i+1)
+			if slices.Contains(got, addr) != tc.want {
+				t.Errorf("%s in servers = %v, want %v", addr, !tc.want, tc.want)
+			}
+		})
+	}
+	for _, a := range got {
+		if !strings.HasPrefix(a, "10.0.0.") || strings.HasPrefix(a, ":") {
+			t.Errorf("server %q from an invalid address", a)
+		}
+	}
+}
+
+func TestPorts(t *testing.T) {
+	named := func(name string, n int32, eps ...fakeEndpoint) *fakeSlice {
+		return slice("memcache-"+name, "IPv4", []fakePort{tcp(name, n)}, eps...)
+	}
+	for _, tc := range []struct {
+		name    string
+		addr    string
+		slices  []*fakeSlice
+		want    []string
+		wantErr []string // in NewServerList's error
+	}{
+		{"numeric target port", "memcache:11211",
+			[]*fakeSlice{named("memcache", 11211, ep("10.0.0.1"))}, []string{"10.0.0.1:11211"}, nil},
+		{"named port", "memcache:memcache",
+			[]*fakeSlice{named("memcache", 11211, ep("10.0.0.1"))}, []string{"10.0.0.1:11211"}, nil},
+		{"named port resolved per slice", "memcache:memcache",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{tcp("memcache", 11211)}, ep("10.0.0.1")),
+				slice("memcache-b", "IPv4", []fakePort{tcp("memcache", 11311)}, ep("10.0.0.2"))},
+			[]string{"10.0.0.1:11211", "10.0.0.2:11311"}, nil},
+		{"numeric port among several", "memcache:11211",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{tcp("metrics", 9150), tcp("memcache", 11211)}, ep("10.0.0.1"))},
+			[]string{"10.0.0.1:11211"}, nil},
+		{"unnamed port of a one-port Service", "memcache:11211",
+			[]*fakeSlice{named("", 11211, ep("10.0.0.1"))}, []string{"10.0.0.1:11211"}, nil},
+		{"protocol missing means TCP", "memcache:11211",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{{Name: ptr("memcache"), Port: ptr(int32(11211))}}, ep("10.0.0.1"))},
+			[]string{"10.0.0.1:11211"}, nil},
+		{"port-less slice takes a numeric port", "memcache:11211",
+			[]*fakeSlice{slice("memcache-a", "IPv4", nil, ep("10.0.0.1"))}, []string{"10.0.0.1:11211"}, nil},
+		{"port-less slice with a named port", "memcache:memcache",
+			[]*fakeSlice{slice("memcache-a", "IPv4", nil, ep("10.0.0.1"))}, nil,
+			[]string{`no TCP port "memcache"`, "has ports none"}},
+		{"mismatch names the ports there are", "memcache:11212",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{tcp("memcache", 11211), tcp("", 9150)}, ep("10.0.0.1"))}, nil,
+			[]string{"service default/memcache has no TCP port 11212", "memcache-a has ports memcache=11211/TCP, \"\"=9150/TCP", "targetPort"}},
+		{"UDP port does not match", "memcache:11211",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{{Name: ptr("memcache"), Port: ptr(int32(11211)), Protocol: ptr("UDP")}}, ep("10.0.0.1"))}, nil,
+			[]string{"no TCP port 11211", "memcache=11211/UDP"}},
+		{"port without a number does not match", "memcache:memcache",
+			[]*fakeSlice{slice("memcache-a", "IPv4", []fakePort{{Name: ptr("memcache")}}, ep("10.0.0.1"))}, nil,
+			[]string{`no TCP port "memcache"`}},
+		{"a slice without the port is skipped, others count", "memcache:11211",
+			[]*fakeSlice{named("memcache", 11211, ep("10.0.0.1")), named("old", 11311, ep("10.0.0.2"))},
+			[]string{"10.0.0.1:11211"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			for _, s := range tc.slices {
+				f.put(s)
+			}
+			ss, err := newServerList(t, f, tc.addr)
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("NewServerList succeeded with servers %v, want an error", addrs(ss))
+				}
+				if !errors.Is(err, errNoPort) {
+					t.Errorf("error %v is not errNoPort", err)
+				}
+				for _, s := range tc.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not say %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkServers(t, ss, tc.want...)
+		})
+	}
+}
+
+// A StatefulSet pod's identity is its hostname: when it comes back with a new
+// IP, its keys go to the new IP and no other key moves.
+func TestStatefulSetPodKeepsKeys(t *testing.T) {
+	f := newFakeAPI(t)
+	s := v4("memcache-a", ep("10.0.0.1").pod("memcache-0", "memcache-0"),
+		ep("10.0.0.2").pod("memcache-1", "memcache-1"), ep("10.0.0.3").pod("memcache-2", "memcache-2"))
+	f.put(s)
+	ss := start(t, f)
+	before := map[string]string{}
+	for i := range 1000 {
+		k := fmt.Sprint("key-", i)
+		a, err := ss.PickServer(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[k] = a.String()
+	}
+
+	s.Endpoints[1] = ep("10.0.0.9").pod("memcache-1", "memcache-1")
+	f.waitWatch(1).apply("MODIFIED", s)
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.3", "10.0.0.9")...)
+	for k, old := range before {
+		want := old
+		if old == "10.0.0.2:11211" {
+			want = "10.0.0.9:11211"
+		}
+		if a, _ := ss.PickServer(k); a.String() != want {
+			t.Fatalf("key %s moved from %s to %s, want %s", k, old, a, want)
+		}
+	}
+}
+
+// No error empties the ring: a failing or unreachable API server leaves the
+// servers as they were.
+func TestErrorsKeepServers(t *testing.T) {
+	t.Run("server errors", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeAPI(t)
+		f.put(v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")))
+		ss := start(t, f)
+		w := f.waitWatch(1)
+
+		f.failAll(&serverError)
+		w.bookmark()
+		w.close()
+		eventually(t, "three failed requests", func() bool {
+			n := 0
+			for _, r := range f.requests() {
+				if r.code == 500 {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+
+		f.failAll(nil)
+		f.waitWatch(2)
+		checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeAPI(t)
+		f.put(v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")))
+		log := &recLogger{t: t}
+		ss := start(t, f, WithLogger(log))
+		barrier(t, f.waitWatch(1), ss) // events, so that the watch does not end as a short one
+
+		addr := f.Listener.Addr().String()
+		f.Listener.Close()
+		f.CloseClientConnections()
+		eventually(t, "a connection refused error", func() bool { return log.has("connection refused") })
+		checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+
+		// Back on the same address, the watch resumes where it was.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot listen on %s again: %v", addr, err)
+		}
+		f.Listener = tls.NewListener(l, f.TLS)
+		go f.Config.Serve(f.Listener)
+		rs := f.waitRequests("watch", 2)
+		if rv, last := rs[1].query.Get("resourceVersion"), f.version(); rv != last {
+			t.Errorf("watch after the outage from resourceVersion %q, want the last seen, %s", rv, last)
+		}
+		if n := len(f.requests("list")); n != 1 {
+			t.Errorf("%d lists, want 1: after connection refused the watch resumes", n)
+		}
+		checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+	})
+}
+
+// A malformed event ends the watch as an error; the watcher lists again from
+// the last resource version seen.
+func TestMalformedEventRelists(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	listRV := f.version()
+	ss := start(t, f)
+	f.put(v4("memcache-b", ep("10.0.0.2"))) // missed by the watch
+
+	f.waitWatch(1).sendRaw(`{"type": ADDED}`)
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+	lists := f.requests("list")
+	if len(lists) != 2 || lists[1].query.Get("resourceVersion") != listRV {
+		t.Errorf("lists %+v, want a second one from resourceVersion %s", lists, listRV)
+	}
+}
+
+// The watch does not wait for a slow change hook.
+func TestSlowOnChange(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	release := make(chan struct{})
+	defer close(release) // before the cleanup's Close, which waits for the hook
+	ss := start(t, f, WithOnChange(func([]net.Addr) { <-release }))
+	w := f.waitWatch(1)
+	for i := 2; i <= 5; i++ {
+		w.apply("ADDED", v4(fmt.Sprint("memcache-", i), ep(fmt.Sprint("10.0.0.", i))))
+	}
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")...)
+}
+
+// An empty answer is the truth, unlike an error: the ring empties.
+func TestEmptyStateEmptiesRing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trigger func(f *fakeAPI, w *fakeWatch, s *fakeSlice)
+	}{
+		{"empty relist", func(f *fakeAPI, w *fakeWatch, s *fakeSlice) {
+			f.remove(s)
+			w.send("ERROR", expiredFault.status())
+		}},
+		{"last slice deleted", func(f *fakeAPI, w *fakeWatch, s *fakeSlice) { w.apply("DELETED", s) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			s := v4("memcache-a", ep("10.0.0.1"))
+			f.put(s)
+			ss := start(t, f)
+			tc.trigger(f, f.waitWatch(1), s)
+			waitServers(t, ss)
+			if _, err := ss.PickServer("k"); !errors.Is(err, ErrNoServers) || !errors.Is(err, memcache.ErrNoServers) {
+				t.Errorf("PickServer error = %v, want ErrNoServers", err)
+			}
+		})
+	}
+}
+
+// A Service without endpoints yet is not an error.
+func TestStartsEmpty(t *testing.T) {
+	f := newFakeAPI(t)
+	ss := start(t, f)
+	if _, err := ss.PickServer("k"); !errors.Is(err, ErrNoServers) {
+		t.Errorf("PickServer error = %v, want ErrNoServers", err)
+	}
+	f.waitWatch(1).apply("ADDED", v4("memcache-a", ep("10.0.0.1")))
+	waitServers(t, ss, hostports("10.0.0.1")...)
+}
+
+// A Role without list or watch fails NewServerList at once with an *APIError
+// that says what is missing.
+func TestForbidden(t *testing.T) {
+	for _, tc := range []struct {
+		name, verb, resource string
+		opts                 []Option
+	}{
+		{"list", "list", "endpointslices.discovery.k8s.io", nil},
+		{"watch", "watch", "endpointslices.discovery.k8s.io", nil},
+		{"list legacy endpoints", "list", "endpoints", []Option{WithLegacyEndpoints()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			f.failNext(tc.verb, forbidden(tc.verb))
+			_, err := newServerList(t, f, "memcache:11211", tc.opts...)
+			var e *APIError
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v, want an *APIError", err)
+			}
+			if e.StatusCode != 403 || e.Verb != tc.verb || e.Resource != tc.resource || e.Namespace != "default" {
+				t.Errorf("APIError %+v, want 403 for verb %s on %s in default", e, tc.verb, tc.resource)
+			}
+			for _, s := range []string{fmt.Sprintf("verb %q", tc.verb), tc.resource, `namespace "default"`, "forbidden", "RBAC"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Error("NewServerList waited for its context")
+			}
+			if n := len(f.requests(tc.verb)); n != 1 {
+				t.Errorf("%d %s requests, want 1: a 403 is not retried", n, tc.verb)
+			}
+		})
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	t.Run("token read again and request retried", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeAPI(t)
+		f.put(v4("memcache-a", ep("10.0.0.1")))
+		token := writeFile(t, "token", "token-1")
+		ss := start(t, f, WithTokenFile(token))
+		w := f.waitWatch(1)
+
+		// The token is rotated, and the server stops taking the old one
+		// well before the client's next periodic read.
+		if err := os.WriteFile(token+".new", []byte("token-2\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(token+".new", token); err != nil {
+			t.Fatal(err)
+		}
+		f.set(func(f *fakeAPI) { f.token = "token-2" })
+		w.bookmark()
+		w.close()
+
+		f.waitWatch(2)
+		ws := f.requests("watch")
+		if len(ws) != 3 || ws[1].auth != "Bearer token-1" || ws[1].code != 401 || ws[2].auth != "Bearer token-2" || ws[2].code != 200 {
+			t.Errorf("watches %+v, want the old token refused, then the new one", ws)
+		}
+		checkServers(t, ss, hostports("10.0.0.1")...)
+	})
+	t.Run("revoked token fails NewServerList", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeAPI(t)
+		f.set(func(f *fakeAPI) { f.token = "other" })
+		_, err := newServerList(t, f, "memcache:11211")
+		var e *APIError
+		if !errors.As(err, &e) || e.StatusCode != 401 || !strings.Contains(err.Error(), "unauthorized") {
+			t.Fatalf("error %v, want an *APIError 401 saying unauthorized", err)
+		}
+		if n := len(f.requests("list")); n != 2 {
+			t.Errorf("%d lists, want 2: one retry with the token read again", n)
+		}
+	})
+}
+
+// The watcher waits as long as the server asks with Retry-After, and at the
+// backoff cap after a 403.
+func TestRetryWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fault    fault
+		wait     time.Duration
+		nextVerb string // the request after the failed watch
+	}{
+		{"429 Retry-After header", fault{code: 429, reason: "TooManyRequests", message: "slow down", retryAfter: "1"}, time.Second, "watch"},
+		{"429 details.retryAfterSeconds", fault{code: 429, reason: "TooManyRequests", message: "slow down", retryAfterSeconds: 1}, time.Second, "watch"},
+		{"503 Retry-After header", fault{code: 503, reason: "ServiceUnavailable", message: "try later", retryAfter: "1"}, time.Second, "list"},
+		{"403 backs off at the cap", forbidden("watch"), 300 * time.Millisecond, "list"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			tm := fastTiming()
+			tm.backoffBase, tm.backoffCap = time.Millisecond, 300*time.Millisecond
+			ss := start(t, f, withTiming(tm))
+			w := f.waitWatch(1)
+
+			f.failNext("watch", tc.fault)
+			w.bookmark()
+			w.close()
+			rs := f.waitRequests(tc.nextVerb, map[string]int{"watch": 3, "list": 2}[tc.nextVerb])
+			failed := f.requests("watch")[1]
+			next := rs[len(rs)-1]
+			if failed.code != tc.fault.code {
+				t.Fatalf("second watch answered %d, want %d", failed.code, tc.fault.code)
+			}
+			if d := next.at.Sub(failed.at); d < tc.wait {
+				t.Errorf("next request %v after the %d, want at least %v", d, tc.fault.code, tc.wait)
+			}
+			checkServers(t, ss, hostports("10.0.0.1")...)
+		})
+	}
+}
+
+// Server errors are retried with exponential backoff.
+func TestServerErrorsBackOff(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	for range 3 {
+		f.failNext("list", serverError)
+	}
+	tm := fastTiming()
+	tm.backoffBase, tm.backoffCap = 20*time.Millisecond, time.Second
+	ss := start(t, f, withTiming(tm))
+	checkServers(t, ss, hostports("10.0.0.1")...)
+
+	lists := f.requests("list")
+	if len(lists) != 4 {
+		t.Fatalf("%d lists, want 4", len(lists))
+	}
+	for i, min := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond} {
+		if d := lists[i+1].at.Sub(lists[i].at); d < min {
+			t.Errorf("retry %d after %v, want at least %v", i+1, d, min)
+		}
+	}
+}
+
+// An API server that cannot be reached is retried until the context ends;
+// the error names the last failure.
+func TestUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + l.Addr().String()
+	l.Close()
+	for _, tc := range []struct {
+		name  string
+		setup func(f *fakeAPI)
+		opts  []Option
+		want  string
+	}{
+		{"connection refused", nil, []Option{WithAPIServer(closed)}, "connection refused"},
+		{"unknown certificate authority", nil, []Option{WithCAFile("")}, "certificate"},
+		// The request the context's end cancels is not the last error.
+		{"failing, then silent", func(f *fakeAPI) {
+			f.failNext("list", serverError)
+			f.hold("list")
+		}, nil, "etcdserver: request timed out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			before := goroutines()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			begin := time.Now()
+			_, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, tc.opts...)...)
+			if d := time.Since(begin); d < 300*time.Millisecond {
+				t.Errorf("NewServerList returned after %v, before its context ended", d)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want the context's, naming %q", err, tc.want)
+			}
+			checkNoLeaks(t, before)
+		})
+	}
+}
+
+// Where discovery.k8s.io/v1 is not served, the watcher uses core/v1
+// Endpoints; WithLegacyEndpoints makes it do so anyway.
+func TestLegacyEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noSlices  bool
+		opts      []Option
+		wantFirst []string // the paths before the Endpoints list
+	}{
+		{"discovery.k8s.io/v1 not served", true, nil,
+			[]string{"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "/apis/discovery.k8s.io/v1"}},
+		{"WithLegacyEndpoints", false, []Option{WithLegacyEndpoints()}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.set(func(f *fakeAPI) { f.noSlices = tc.noSlices })
+			f.put(v4("memcache-a", ep("10.0.0.8"))) // served only when slices are
+			e := legacyEndpoints(
+				fakeSubset{
+					Addresses:         []fakeAddress{{IP: "10.0.0.1", Hostname: "memcache-0"}, {IP: "10.0.0.2", TargetRef: &fakeRef{Kind: "Pod", Name: "memcache-x"}}},
+					NotReadyAddresses: []fakeAddress{{IP: "10.0.0.3"}},
+					Ports:             memcachePort},
+				fakeSubset{Addresses: []fakeAddress{{IP: "10.0.0.4"}}, Ports: []fakePort{tcp("metrics", 9150)}},
+				fakeSubset{Addresses: []fakeAddress{{IP: "10.0.0.5"}}}, // port-less: the numeric port
+			)
+			f.put(e)
+			ss := start(t, f, tc.opts...)
+			checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2", "10.0.0.5")...)
+
+			e.Subsets = e.Subsets[:1]
+			f.waitWatch(1).apply("MODIFIED", e)
+			waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
+
+			rs := f.requests()
+			var paths []string
+			for _, r := range rs[:len(tc.wantFirst)] {
+				paths = append(paths, r.path)
+			}
+			if !slices.Equal(paths, tc.wantFirst) {
+				t.Errorf("first requests %v, want %v", paths, tc.wantFirst)
+			}
+			rs = rs[len(tc.wantFirst):]
+			for i, verb := range []string{"list", "watch"} {
+				r := rs[i]
+				if r.verb != verb || r.path != "/api/v1/namespaces/default/endpoints" || !strings.Contains(r.rawQuery, "fieldSelector=metadata.name%3Dmemcache") {
+					t.Errorf("request %d: %s %s?%s, want %s of Endpoints with fieldSelector metadata.name=memcache", i, r.verb, r.path, r.rawQuery, verb)
+				}
+			}
+		})
+	}
+}
+
+func TestNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name, addr, podNamespace, file, want string
+	}{
+		{"from the address", "memcache.team-a:11211", "team-b", "team-c", "team-a"},
+		{"from the full DNS name", "memcache.team-a.svc.cluster.local:11211", "", "", "team-a"},
+		{"from POD_NAMESPACE", "memcache:11211", "team-b", "team-c", "team-b"},
+		{"from the namespace file, trimmed", "memcache:11211", "", " team-c\n", "team-c"},
+		{"default", "memcache:11211", "", "", "default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			s := v4("memcache-a", ep("10.0.0.1"))
+			s.Metadata.Namespace = tc.want
+			f.put(s)
+			sa := t.TempDir()
+			if tc.file != "" {
+				if err := os.WriteFile(filepath.Join(sa, "namespace"), []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ss, err := newServerList(t, f, tc.addr, withEnv(map[string]string{"POD_NAMESPACE": tc.podNamespace}), withSADir(sa))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkServers(t, ss, hostports("10.0.0.1")...)
+			if p := f.requests()[0].path; p != "/apis/discovery.k8s.io/v1/namespaces/"+tc.want+"/endpointslices" {
+				t.Errorf("path %s, want namespace %s", p, tc.want)
+			}
+		})
+	}
+}
+
+// In a pod, the API server, token, CA and namespace come from the
+// environment and the service account directory.
+func TestInCluster(t *testing.T) {
+	f := newFakeAPI(t)
+	s := v4("memcache-a", ep("10.0.0.1"))
+	s.Metadata.Namespace = "team-a"
+	f.put(s)
+	sa := t.TempDir()
+	ca, err := os.ReadFile(f.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"token": "in-cluster-token\n", "ca.crt": string(ca), "namespace": "team-a"} {
+		if err := os.WriteFile(filepath.Join(sa, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
+	ss, err := newServerList(t, f, "memcache:11211", WithAPIServer(""), WithCAFile(""), WithTokenFile(""), withSADir(sa),
+		withEnv(map[string]string{"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	if r := f.requests()[0]; r.auth != "Bearer in-cluster-token" || !strings.Contains(r.path, "/namespaces/team-a/") {
+		t.Errorf("request %s with %q, want namespace team-a and the service account token", r.path, r.auth)
+	}
+
+	_, err = newServerList(t, f, "memcache:11211", WithAPIServer(""), withEnv(map[string]string{"KUBERNETES_SERVICE_HOST": host}))
+	if !errors.Is(err, ErrNotInCluster) {
+		t.Errorf("without KUBERNETES_SERVICE_PORT: error %v, want ErrNotInCluster", err)
+	}
+}
+
+// kubectl proxy serves plain HTTP and adds credentials itself.
+func TestKubectlProxy(t *testing.T) {
+	f := newPlainFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	ss := start(t, f, WithCAFile(""), WithTokenFile(""))
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	for _, r := range f.requests() {
+		if r.auth != "" {
+			t.Errorf("%s sent Authorization %q", r.verb, r.auth)
+		}
+	}
+}
+
+// The watch outlives NewServerList's context.
+func TestWatchOutlivesContext(t *testing.T) {
+	f := newFakeAPI(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cancel()
+	f.waitWatch(1).apply("ADDED", v4("memcache-a", ep("10.0.0.1")))
+	waitServers(t, ss, hostports("10.0.0.1")...)
+}
+
+func TestOnChange(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.3"), ep("10.0.0.10"), ep("10.0.0.2")))
+	var mu sync.Mutex
+	var calls [][]string
+	ss := start(t, f, WithOnChange(func(s []net.Addr) {
+		mu.Lock()
+		defer mu.Unlock()
+		var set []string
+		for _, a := range s {
+			set = append(set, a.String())
+		}
+		calls = append(calls, set)
+	}))
+	last := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) == 0 {
+			return nil
+		}
+		return calls[len(calls)-1]
+	}
+	// Sorted as strings, as Servers sorts them.
+	want := []string{"10.0.0.10:11211", "10.0.0.2:11211", "10.0.0.3:11211"}
+	eventually(t, "the first set", func() bool { return slices.Equal(last(), want) })
+
+	f.waitWatch(1).apply("ADDED", v4("memcache-b", ep("10.0.0.1")))
+	want = []string{"10.0.0.10:11211", "10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"}
+	eventually(t, fmt.Sprintf("the set %v (have %v)", want, last()), func() bool { return slices.Equal(last(), want) })
+	checkServers(t, ss, want...)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range calls {
+		if !slices.IsSorted(c) {
+			t.Errorf("OnChange got unsorted servers %v", c)
+		}
+	}
+}
+
+// goroutines returns the stacks of the running goroutines, by their header
+// ("goroutine 7 [running]:" without the state).
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	gs := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(g, " [")
+		gs[id] = g
+	}
+	return gs
+}
+
+// checkNoLeaks fails the test unless the goroutines of ServerLists (the
+// watch, the change hook, the HTTP client's connections) not in before have
+// exited.
+func checkNoLeaks(t *testing.T, before map[string]string) {
+	t.Helper()
+	ours := []string{"(*watcher).run", "(*ServerList).notify", "net/http.(*persistConn)", "net/http.(*http2ClientConn)", "net/http.(*http2clientConnReadLoop)"}
+	var leaked []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		leaked = nil
+		for id, g := range goroutines() {
+			if _, ok := before[id]; !ok && slices.ContainsFunc(ours, func(s string) bool { return strings.Contains(g, s) }) {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(leaked) > 0 {
+		t.Errorf("%d goroutines left:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+// Close stops the watch, ends its request and waits for its goroutines, and
+// may be called again.
+func TestClose(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	before := goroutines()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, WithOnChange(func([]net.Addr) {}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := f.waitWatch(1)
+	if err := ss.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close has waited for the watch and change-hook goroutines.
+	for _, g := range goroutines() {
+		if strings.Contains(g, "(*watcher).run") || strings.Contains(g, "(*ServerList).notify") {
+			t.Errorf("goroutine running after Close:\n%s", g)
+		}
+	}
+	if err := ss.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.gone:
+	case <-time.After(waitFor):
+		t.Error("the watch request is still open after Close")
+	}
+	checkNoLeaks(t, before)
+	checkServers(t, ss, hostports("10.0.0.1")...) // the servers stay as they were
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d requests, want 2: none after Close", n)
+	}
+}
+
+// The timing and backoff are client-go's reflector's.
+func TestDefaultTiming(t *testing.T) {
+	tm := defaultTiming()
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		d := tm.watchTimeout()
+		if d < 5*time.Minute || d >= 10*time.Minute {
+			t.Fatalf("watch timeout %v, want [5m, 10m)", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 50 {
+		t.Errorf("%d distinct watch timeouts in 100, want them random", len(seen))
+	}
+	if tm.backoffBase != 800*time.Millisecond || tm.backoffCap != 30*time.Second || tm.backoffReset != 2*time.Minute || tm.shortWatch != time.Second {
+		t.Errorf("timing %+v, want client-go's backoff 0.8s to 30s, reset after 2m, short watch 1s", tm)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := backoff{timing: defaultTiming()}
+	want := 800 * time.Millisecond
+	for i := range 10 {
+		d := b.next()
+		if d < want || d >= 2*want {
+			t.Fatalf("backoff %d = %v, want [%v, %v)", i, d, want, 2*want)
+		}
+		want = min(2*want, 30*time.Second)
+	}
+	if d := b.capped(); d < 30*time.Second || d >= 60*time.Second {
+		t.Errorf("capped = %v, want [30s, 60s)", d)
+	}
+	b.last = time.Now().Add(-3 * time.Minute) // no failure for longer than backoffReset
+	if d := b.next(); d >= 1600*time.Millisecond {
+		t.Errorf("backoff after a quiet spell = %v, want it to start over", d)
+	}
+}
