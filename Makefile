@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: test unit e2e demo bench vet
+.PHONY: test unit e2e demo bench bench-e2e vet
 
 test: unit e2e
 
@@ -22,3 +22,33 @@ e2e:
 
 demo:
 	bash e2e/run.sh demo
+
+# make bench: PickServer and rebuild benchmarks, then the routing-quality
+# report, written to BENCHMARKS.md and printed. BENCH_COUNT and BENCH_TIME
+# trade time for precision. benchstat, fetched through the module proxy,
+# adds confidence intervals when it is available; the report does not need it.
+BENCH_COUNT ?= 6
+BENCH_TIME ?= 300ms
+BENCHSTAT ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+BENCH_FLAGS = -run '^$$' -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME)
+
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
+bench:
+	cat /proc/loadavg > bench-loadavg.out
+	$(GO) test $(BENCH_FLAGS) -cpu 1 -bench '^BenchmarkPickServer$$' . | tee bench-pick.out
+	$(GO) test $(BENCH_FLAGS) -cpu 1,2 -bench '^BenchmarkPickServerParallel$$' . | tee -a bench-pick.out
+	$(GO) test $(BENCH_FLAGS) -bench '^BenchmarkRebuild' . | tee bench-rebuild.out
+	@rm -f benchstat.out; \
+	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out; } >benchstat.tmp 2>benchstat-err.out; \
+	then mv benchstat.tmp benchstat.out; \
+	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
+	$(GO) test -run '^TestQualityReport$$' -count 1 -timeout 30m -v . -args \
+		-quality-report BENCHMARKS.md -quality-bench bench-pick.out,bench-rebuild.out -quality-benchstat benchstat.out \
+		-quality-loadavg bench-loadavg.out -quality-command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
+	@cat BENCHMARKS.md
+
+# make bench-e2e: convergence latency and rolling-restart hit rates on the
+# e2e control plane (issue 4, item 4). Not written yet.
+bench-e2e:
+	@echo "bench-e2e: not implemented yet; it needs the e2e harness (make e2e)"; exit 1
