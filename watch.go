@@ -158,11 +158,10 @@ func (w *watcher) fail(ctx context.Context, b *backoff, err error) {
 	}
 	w.lastErr = err
 	d := b.next()
+	// A 403 after the first sync backs off like any error, not at the cap:
+	// a restarting API server answers 403 until its RBAC caches fill.
 	var e *APIError
 	if errors.As(err, &e) {
-		if e.StatusCode == http.StatusForbidden {
-			d = b.capped()
-		}
 		d = max(d, e.retryAfter)
 	}
 	w.log.Errorf("selector: %s: %v; retrying in %v, keeping %d servers", w.t, err, d.Round(time.Millisecond), len(w.published))
@@ -500,11 +499,5 @@ func (b *backoff) next() time.Duration {
 	}
 	b.last = time.Now()
 	b.d = min(max(b.backoffBase, 2*b.d), b.backoffCap)
-	return b.d + rand.N(b.d+1)
-}
-
-// capped jumps to the longest interval.
-func (b *backoff) capped() time.Duration {
-	b.d = b.backoffCap
 	return b.d + rand.N(b.d+1)
 }
