@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/kubecache/k8s-memcache-selector/e2e/internal/cluster"
+)
+
+// Scenario 4: the time from an API write (a pod status patch, a pod
+// delete) to PickServer using the result, over more than 50 changes:
+// readiness flips, graceful deletes and new pods. Changes come 250ms apart:
+// the EndpointSlice controller delays a change that follows its own last
+// write too closely by a second ("informer cache is out of date", then a
+// 1s retry backoff), which would measure the controller, not the library.
+// An admin watch of the same slices shows how much of each delay is the
+// controller's: "slice" is the write to the changed EndpointSlice reaching
+// that watch, "ours - slice" the library's own share.
+func TestConvergence(t *testing.T) {
+	const rounds = 15 // 4 measured changes per round
+	e := newEnv(t)
+	pods := e.runPods(0, 4, podOpts{noProcess: true})
+	l := e.mustLib(serviceName + ":11211")
+	l.waitServers(t, addrs(pods, 11211), 20*time.Second)
+	admin := e.feedModulo(new(memcache.ServerList), 11211)
+	admin.wait(t, addrs(pods, 11211), 20*time.Second)
+
+	byKind := map[string][]time.Duration{}
+	var all, slice, libOnly []time.Duration
+	// change does one API write and measures until the ring holds want.
+	change := func(kind string, want []*cluster.Pod, write func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.awaitServers(addrs(want, 11211), start, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if err := checkPickServer(l, want); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		ds, err := admin.await(addrs(want, 11211), start, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: admin watch: %v", kind, err)
+		}
+		byKind[kind] = append(byKind[kind], d)
+		all = append(all, d)
+		slice = append(slice, ds)
+		libOnly = append(libOnly, max(d-ds, 0))
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	next := len(pods)
+	for r := range rounds {
+		p := pods[r%len(pods)]
+		rest := slices.DeleteFunc(slices.Clone(pods), func(q *cluster.Pod) bool { return q == p })
+		change("Ready=False", rest, func() error { return p.SetReady(e.ctx, false) })
+		change("Ready=True", pods, func() error { return p.SetReady(e.ctx, true) })
+
+		// Replace p: a new pod becomes ready (its status patch is the
+		// write that counts), then p is deleted gracefully.
+		newPod, err := e.runPod(fmt.Sprintf("mc-%d", next), podOpts{noProcess: true, notReady: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next++
+		time.Sleep(250 * time.Millisecond) // Running, not ready yet
+		change("new pod Ready", append(slices.Clone(pods), newPod), func() error { return newPod.SetReady(e.ctx, true) })
+		change("graceful delete", append(rest, newPod), func() error { return p.Delete(e.ctx) })
+		if err := p.ForceDelete(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+		pods = append(rest, newPod)
+	}
+
+	t.Logf("convergence from API write to PickServer, %d changes:", len(all))
+	for _, kind := range []string{"Ready=False", "Ready=True", "new pod Ready", "graceful delete"} {
+		t.Logf("  %-16s %s", kind, summarize(byKind[kind]))
+	}
+	t.Logf("  %-16s %s", "all", summarize(all))
+	t.Logf("  %-16s %s", "slice", summarize(slice))
+	t.Logf("  %-16s %s", "ours - slice", summarize(libOnly))
+	if len(all) < 50 {
+		t.Fatalf("only %d changes measured, want at least 50", len(all))
+	}
+	if p99 := percentile(all, 99); p99 >= time.Second {
+		t.Errorf("p99 %v, want under 1s", p99)
+	} else if p99 >= 100*time.Millisecond {
+		t.Logf("p99 %v is above the 100ms target", p99)
+	}
+}
+
+// checkPickServer checks that PickServer spreads keys over exactly want
+// (100 keys per server on average: every server gets some).
+func checkPickServer(l *lib, want []*cluster.Pod) error {
+	seen := map[string]bool{}
+	for i := range 100 * max(len(want), 20) {
+		a, err := l.PickServer(fmt.Sprintf("key-%d", i))
+		if err != nil {
+			return err
+		}
+		seen[a.String()] = true
+	}
+	for _, p := range want {
+		if !seen[p.Addr(11211)] {
+			return fmt.Errorf("PickServer never picks %s", p.Addr(11211))
+		}
+		delete(seen, p.Addr(11211))
+	}
+	if len(seen) > 0 {
+		return fmt.Errorf("PickServer picks servers that are not ready: %v", seen)
+	}
+	return nil
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100 // nearest rank
+	return s[max(i-1, 0)]
+}
+
+func summarize(ds []time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "n=%-3d p50=%-8v p90=%-8v p99=%-8v max=%v", len(ds),
+		percentile(ds, 50).Round(100*time.Microsecond), percentile(ds, 90).Round(100*time.Microsecond),
+		percentile(ds, 99).Round(100*time.Microsecond), percentile(ds, 100).Round(100*time.Microsecond))
+	return b.String()
+}

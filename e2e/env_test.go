@@ -1,0 +1,457 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+	"github.com/kubecache/k8s-memcache-selector/e2e/internal/cluster"
+)
+
+// The names in examples/kubernetes.
+const (
+	serviceName = "memcache-headless"
+	saName      = "memcache-selector"
+	appLabel    = "memcache"
+)
+
+// manifests are the objects of examples/kubernetes/rbac.yaml and service.yaml.
+type manifests struct {
+	ServiceAccount *corev1.ServiceAccount
+	Role           *rbacv1.Role
+	RoleBinding    *rbacv1.RoleBinding
+	Service        *corev1.Service
+}
+
+// loadManifests parses the example manifests (not copies of them) into
+// typed objects.
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	var m manifests
+	for _, file := range []string{"rbac.yaml", "service.yaml"} {
+		path := filepath.Join(*manifestsDir, file)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &tm); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			var obj any
+			switch tm.Kind {
+			case "": // only comments
+				continue
+			case "ServiceAccount":
+				m.ServiceAccount = &corev1.ServiceAccount{}
+				obj = m.ServiceAccount
+			case "Role":
+				m.Role = &rbacv1.Role{}
+				obj = m.Role
+			case "RoleBinding":
+				m.RoleBinding = &rbacv1.RoleBinding{}
+				obj = m.RoleBinding
+			case "Service":
+				m.Service = &corev1.Service{}
+				obj = m.Service
+			default:
+				t.Fatalf("%s: unexpected kind %q", path, tm.Kind)
+			}
+			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+				t.Fatalf("%s: %s: %v", path, tm.Kind, err)
+			}
+		}
+	}
+	if m.ServiceAccount == nil || m.Role == nil || m.RoleBinding == nil || m.Service == nil {
+		t.Fatalf("examples/kubernetes: want a ServiceAccount, Role, RoleBinding and Service, got %+v", m)
+	}
+	return m
+}
+
+// env is one test's namespace: the example Service and RBAC applied, a token
+// of the example ServiceAccount in a file, and the pods the test runs.
+// Subtests use e.sub(t), which shares all but t.
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	*envState
+}
+
+type envState struct {
+	ns        string
+	client    kubernetes.Interface
+	m         manifests
+	tokenFile string
+
+	mu   sync.Mutex
+	pods []*cluster.Pod
+}
+
+// sub returns the env for subtest t.
+func (e *env) sub(t *testing.T) *env { return &env{t: t, ctx: t.Context(), envState: e.envState} }
+
+var nsSeq atomic.Int32
+
+// newEnv creates a fresh namespace for t, applies the example manifests in
+// it and writes a TokenRequest token of the example ServiceAccount.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dumpLogsOnFailure(t)
+	name := strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
+	name = strings.NewReplacer("/", "-", "_", "-").Replace(name)
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	e := &env{t: t, ctx: t.Context(), envState: &envState{
+		ns:     fmt.Sprintf("e2e-%d-%s", nsSeq.Add(1), strings.Trim(name, "-")),
+		client: cp.Client,
+		m:      loadManifests(t),
+	}}
+	// The app runs in the Service's namespace and learns it from
+	// POD_NAMESPACE, as examples/kubernetes/app.yaml sets it.
+	t.Setenv("POD_NAMESPACE", e.ns)
+	e.createNamespace(e.ns)
+	e.applyManifests(e.ns)
+	e.tokenFile = filepath.Join(t.TempDir(), "token")
+	e.writeToken(e.tokenFile, e.ns, saName, nil)
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+// createNamespace creates ns with its default ServiceAccount (there is no
+// service-account controller; pods need it to pass admission).
+func (e *env) createNamespace(ns string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// applyManifests creates the example ServiceAccount, Role, RoleBinding and
+// Service in ns, as they are (kubectl apply -n ns -f).
+func (e *env) applyManifests(ns string) {
+	e.t.Helper()
+	ctx := context.Background()
+	m := e.m
+	sa, role, rb, svc := m.ServiceAccount.DeepCopy(), m.Role.DeepCopy(), m.RoleBinding.DeepCopy(), m.Service.DeepCopy()
+	sa.Namespace, role.Namespace, rb.Namespace, svc.Namespace = ns, ns, ns, ns
+	var err error
+	if _, err = e.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err = e.client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err = e.client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err = e.client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// requestToken asks the TokenRequest API for a token of ServiceAccount
+// ns/sa, optionally bound to an object (deleting that object revokes it).
+func (e *env) requestToken(ns, sa string, bound *authv1.BoundObjectReference) string {
+	e.t.Helper()
+	tr := &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
+		ExpirationSeconds: new(int64(3600)),
+		BoundObjectRef:    bound,
+	}}
+	out, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, tr, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("TokenRequest for %s/%s: %v", ns, sa, err)
+	}
+	return out.Status.Token
+}
+
+// writeToken writes a fresh token of ns/sa to path, atomically (write and
+// rename, as the kubelet's projected volume does), and returns it.
+func (e *env) writeToken(path, ns, sa string, bound *authv1.BoundObjectReference) string {
+	e.t.Helper()
+	tok := e.requestToken(ns, sa, bound)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+func (e *env) cleanup() {
+	e.mu.Lock()
+	pods := e.pods
+	e.pods = nil
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		wg.Go(func() { _ = p.ForceDelete(context.Background()) })
+	}
+	wg.Wait()
+}
+
+// podOpts change the pods runPods starts.
+type podOpts struct {
+	prefix      string
+	noProcess   bool
+	notReady    bool // leave Ready=False
+	statefulSet bool // hostname = pod name, subdomain = the Service
+	ports       []corev1.ContainerPort
+	labels      map[string]string
+}
+
+// runPods starts n pods named prefix-0..n-1 (from start), in parallel, and
+// returns them in order.
+func (e *env) runPods(start, n int, o podOpts) []*cluster.Pod {
+	e.t.Helper()
+	if o.prefix == "" {
+		o.prefix = "mc"
+	}
+	pods := make([]*cluster.Pod, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			pods[i], errs[i] = e.runPod(fmt.Sprintf("%s-%d", o.prefix, start+i), o)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatal(err)
+	}
+	return pods
+}
+
+func (e *env) runPod(name string, o podOpts) (*cluster.Pod, error) {
+	labels := map[string]string{"app": appLabel}
+	for k, v := range o.labels {
+		labels[k] = v
+	}
+	spec := cluster.PodSpec{
+		Namespace: e.ns,
+		Name:      name,
+		Labels:    labels,
+		Ports:     o.ports,
+		NoProcess: o.noProcess,
+		NotReady:  o.notReady,
+	}
+	if o.statefulSet {
+		spec.Hostname, spec.Subdomain = name, serviceName
+	}
+	p, err := kubelet.RunPod(e.ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.pods = append(e.pods, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// lib is a ServerList under test, with a channel that OnChange pings.
+type lib struct {
+	*selector.ServerList
+	changed chan struct{}
+	log     *testLogger
+}
+
+// libConfig says how the library reaches the API server.
+type libConfig struct {
+	url, caFile, tokenFile string
+}
+
+func (e *env) defaultConfig() libConfig {
+	return libConfig{url: cp.APIServer.URL, caFile: cp.APIServer.CAFile, tokenFile: e.tokenFile}
+}
+
+// newLib runs selector.NewServerList for addr as the example
+// ServiceAccount; Close runs when the test ends.
+func (e *env) newLib(addr string, opts ...selector.Option) (*lib, error) {
+	return e.newLibWith(e.defaultConfig(), addr, opts...)
+}
+
+func (e *env) newLibWith(c libConfig, addr string, opts ...selector.Option) (*lib, error) {
+	l := &lib{changed: make(chan struct{}, 1), log: newTestLogger(e.t)}
+	all := append([]selector.Option{
+		selector.WithAPIServer(c.url),
+		selector.WithCAFile(c.caFile),
+		selector.WithTokenFile(c.tokenFile),
+		selector.WithLogger(l.log),
+		selector.WithOnChange(func([]net.Addr) {
+			select {
+			case l.changed <- struct{}{}:
+			default:
+			}
+		}),
+	}, opts...)
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	ss, err := selector.NewServerList(ctx, addr, all...)
+	if err != nil {
+		return nil, err
+	}
+	l.ServerList = ss
+	e.t.Cleanup(func() { ss.Close() })
+	return l, nil
+}
+
+func (e *env) mustLib(addr string, opts ...selector.Option) *lib {
+	e.t.Helper()
+	l, err := e.newLib(addr, opts...)
+	if err != nil {
+		e.t.Fatalf("NewServerList(%q): %v", addr, err)
+	}
+	return l
+}
+
+// servers returns l.Servers() as strings.
+func (l *lib) servers() []string {
+	var out []string
+	for _, a := range l.Servers() {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// waitServers waits until the ring holds exactly want (in any order) and
+// returns how long that took; it fails t after timeout.
+func (l *lib) waitServers(t *testing.T, want []string, timeout time.Duration) time.Duration {
+	t.Helper()
+	d, err := l.awaitServers(want, time.Now(), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// awaitServers waits until the ring holds exactly want and returns the time
+// since start.
+func (l *lib) awaitServers(want []string, start time.Time, timeout time.Duration) (time.Duration, error) {
+	want = sorted(want)
+	deadline := time.NewTimer(time.Until(start.Add(timeout)))
+	defer deadline.Stop()
+	for {
+		got := l.servers()
+		if slices.Equal(got, want) {
+			return time.Since(start), nil
+		}
+		select {
+		case <-l.changed:
+		case <-time.After(2 * time.Millisecond):
+		case <-deadline.C:
+			return 0, fmt.Errorf("ring after %v: got %d servers %v, want %d %v", timeout, len(got), got, len(want), want)
+		}
+	}
+}
+
+// holdsFor checks that the ring stays exactly want for d.
+func (l *lib) holdsFor(t *testing.T, want []string, d time.Duration) {
+	t.Helper()
+	want = sorted(want)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if got := l.servers(); !slices.Equal(got, want) {
+			t.Fatalf("ring changed to %v, want it to stay %v", got, want)
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// addrs returns the pods' addresses on port.
+func addrs(pods []*cluster.Pod, port int) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Addr(port)
+	}
+	return out
+}
+
+// newClient returns a gomemcache client with settings for a loaded 2-core box.
+func newClient(ss memcache.ServerSelector) *memcache.Client {
+	c := memcache.NewFromSelector(ss)
+	c.Timeout = 2 * time.Second
+	c.MaxIdleConns = 8
+	return c
+}
+
+// testLogger forwards the library's logs to t until the test ends.
+type testLogger struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+	msgs []string
+}
+
+func newTestLogger(t *testing.T) *testLogger {
+	l := &testLogger{t: t}
+	t.Cleanup(func() {
+		l.mu.Lock()
+		l.done = true
+		l.mu.Unlock()
+	})
+	return l
+}
+
+func (l *testLogger) Errorf(format string, args ...any) { l.logf("library ERROR: "+format, args...) }
+func (l *testLogger) Infof(format string, args ...any)  { l.logf("library INFO: "+format, args...) }
+
+func (l *testLogger) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, msg)
+	if !l.done {
+		l.t.Log(msg)
+	}
+}
+
+// messages returns what the library logged so far.
+func (l *testLogger) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
