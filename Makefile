@@ -45,10 +45,12 @@ bench:
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) test -run '^TestQualityReport$$' -count 1 -timeout 30m -v . -args \
 		-quality-report BENCHMARKS.md -quality-bench bench-pick.out,bench-rebuild.out -quality-benchstat benchstat.out \
-		-quality-loadavg bench-loadavg.out -quality-command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
+		-quality-loadavg bench-loadavg.out -quality-e2e bench-e2e.md -quality-command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
 	@cat BENCHMARKS.md
 
-# make bench-e2e: convergence latency and rolling-restart hit rates on the
-# e2e control plane (issue 4, item 4). Not written yet.
+# make bench-e2e: the convergence and rolling-restart figures of the e2e suite
+# on the real control plane, then make bench, whose report includes them.
 bench-e2e:
-	@echo "bench-e2e: not implemented yet; it needs the e2e harness (make e2e)"; exit 1
+	rm -f bench-e2e.md
+	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	$(MAKE) bench

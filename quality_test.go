@@ -43,6 +43,7 @@ var (
 	qualityBenchstat = flag.String("quality-benchstat", "", "benchstat output `file` to append to the report, if it exists")
 	qualityCommand   = flag.String("quality-command", "make bench", "the `command` that produced the report, for its header")
 	qualityLoad      = flag.String("quality-loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the report's header")
+	qualityE2E       = flag.String("quality-e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
 )
 
 // qCount counts key hashes exactly: the whole 64-bit space, 2^64 hashes,
@@ -921,6 +922,15 @@ func TestQualityReport(t *testing.T) {
 	s.restart(hashes)
 	goals = append(goals, s.goals...)
 	fmt.Fprintf(&body, "The routing-quality figures took %.0f s to compute.\n\n", time.Since(start).Seconds())
+
+	if fi, err := os.Stat(*qualityE2E); err == nil {
+		b, err := os.ReadFile(*qualityE2E)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&body, "## On a real control plane\n\nFrom `make bench-e2e` on %s: the e2e suite's convergence and rolling-restart scenarios, against kube-apiserver, kube-controller-manager and etcd v1.37.2 and real memcached servers on this machine.\n\n%s\n",
+			fi.ModTime().UTC().Format("2006-01-02 15:04 MST"), b)
+	}
 
 	if b, err := os.ReadFile(*qualityBenchstat); err == nil && len(b) > 0 {
 		fmt.Fprintf(&body, "## benchstat\n\nThe same runs summarized by benchstat: medians with 95%% confidence intervals; the PickServer columns compare ours against gomemcache.\n\n```\n%s```\n", b)

@@ -249,7 +249,14 @@ func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList
 	w := newWatcher(c, t, o, lg, func(ms []member) {
 		added, removed := ss.update(ms)
 		if added != nil || removed != nil {
-			lg.Infof("selector: %s: %d servers (added %v, removed %v)", t, len(ss.Servers()), added, removed)
+			var change []string
+			for _, a := range added {
+				change = append(change, "+"+a)
+			}
+			for _, a := range removed {
+				change = append(change, "-"+a)
+			}
+			lg.Infof("selector: %s: %d servers (%s)", t, len(ss.Servers()), strings.Join(change, " "))
 		}
 	})
 

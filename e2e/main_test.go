@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -24,7 +25,24 @@ var (
 	binDir       = flag.String("e2e.bin", ".bin", "directory with etcd, kube-apiserver and kube-controller-manager")
 	manifestsDir = flag.String("e2e.manifests", "../examples/kubernetes", "directory with rbac.yaml and service.yaml")
 	keepDir      = flag.Bool("e2e.keep", false, "keep the working directory (logs, data) after a successful run")
+	reportFile   = flag.String("e2e.report", "", "append the scenarios' figures as Markdown to this file (make bench-e2e)")
 )
+
+// report appends Markdown to the -e2e.report file, if there is one.
+func report(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if *reportFile == "" {
+		return
+	}
+	f, err := os.OpenFile(*reportFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintf(f, format, args...)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Errorf("report: %v", err)
+	}
+}
 
 // The control plane and fake kubelet shared by all tests.
 var (

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -112,6 +113,19 @@ func TestRollingRestart(t *testing.T) {
 		totM.add(s[1])
 	}
 	t.Logf("%-5s %-13s | %s | %s", "total", "", &totO, &totM)
+	report(t, "### Rolling restart under traffic\n\n%d pods replaced one by one as a Deployment rollout does (surge pod ready, old pod terminating, preStop delay, memcached stopped, pod force-deleted), with cache-aside Get/Set traffic through our ServerList and, in the same run, through a memcache.ServerList fed the same pods in API order (modulo, as the seed library). Kept: the share of keys still found right after the old pod left (ideal (N-1)/N = %.2f).\n\n", rollPods, ideal)
+	report(t, "| step | ours: gets | hit rate | kept | routing errors | other errors | modulo: gets | hit rate | kept | routing errors | other errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	row := func(name string, o, m *counters) {
+		cells := func(c *counters) string {
+			return fmt.Sprintf("%d | %.1f%% | %.1f%% | %d | %d", c.gets.Load(), 100*c.hitRate(), 100*c.keptShare(), c.routingErrs.Load(), c.otherErrs.Load())
+		}
+		report(t, "| %s | %s | %s |\n", name, cells(o), cells(m))
+	}
+	for i, s := range steps {
+		row(strconv.Itoa(i+1), s[0], s[1])
+	}
+	row("**total**", &totO, &totM)
+	report(t, "\n")
 	t.Logf("modulo client: %d ServerList updates", feeder.updates.Load())
 	for _, tr := range clients {
 		for _, err := range tr.errorSamples() {
