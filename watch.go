@@ -99,21 +99,21 @@ func (w *watcher) run(ctx context.Context, synced chan<- error) {
 	for ctx.Err() == nil {
 		if needList {
 			err := w.list(ctx, listRV, synced != nil)
-			if err == nil {
+			switch {
+			case err == nil:
 				needList = false
-			} else if errors.Is(err, errFallback) {
+			case errors.Is(err, errFallback):
 				continue
-			} else if expired(err) {
+			case expired(err):
 				listRV, expiries = "", expiries+1
 				if expiries > 1 {
 					w.fail(ctx, &b, err)
 				}
 				continue
-			} else {
-				if synced != nil && fatal(err) {
-					ready(err)
-					return
-				}
+			case synced != nil && fatal(err):
+				ready(err)
+				return
+			default:
 				w.fail(ctx, &b, err)
 				continue
 			}
