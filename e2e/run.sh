@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# Runs the e2e suite against a real control plane (`make e2e` calls this).
+# Runs the e2e suite against a real control plane (`make e2e` calls this),
+# or the demo (`make demo`).
 #
 #   bash e2e/run.sh [test binary flags, e.g. -test.run TestDiscovery]
+#   bash e2e/run.sh demo [demo flags, e.g. -short]
 #
 # 1. installs what a fresh Debian machine lacks (memcached, ip, unshare);
 # 2. builds etcd, kube-apiserver and kube-controller-manager from the Go
 #    module proxy into e2e/.bin (the first build takes minutes, later ones hit
-#    the Go build cache) and compiles the suite into e2e/.bin/e2e.test;
-# 3. runs the suite as root in a private network namespace (unshare -n) with
-#    lo up and the pod and API server addresses on it: nothing it starts can
-#    reach, or be reached from, any other network.
+#    the Go build cache), examples/demo into e2e/.bin/demo-app, and the suite
+#    into e2e/.bin/e2e.test (or the demo's orchestrator, e2e/cmd/demo, into
+#    e2e/.bin/demo);
+# 3. runs the suite (or the demo) as root in a private network namespace
+#    (unshare -n) with lo up and the pod and API server addresses on it:
+#    nothing it starts can reach, or be reached from, any other network.
 #
 # Environment: E2E_TIMEOUT (default 20m) bounds the test run.
 set -euo pipefail
 
 cd "$(dirname "$0")"
 timeout="${E2E_TIMEOUT:-20m}"
+mode=e2e
+if [ "${1:-}" = demo ]; then
+	mode=demo
+	shift
+fi
 
-log() { echo "e2e: $*" >&2; }
+log() { echo "$mode: $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
 
-if [ "${1:-}" = demo ]; then
-	die "run.sh demo: there is no demo mode yet; run.sh runs the e2e suite (flags go to the test binary, e.g. -test.run TestDiscovery)"
-fi
-[ "$(id -u)" = 0 ] || die "run as root: the suite creates a network namespace (unshare -n)"
+[ "$(id -u)" = 0 ] || die "run as root: the $mode creates a network namespace (unshare -n)"
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 
 # --- 1. system packages ------------------------------------------------------
@@ -39,7 +45,7 @@ fi
 
 # Fail early, and clearly, where namespaces are not allowed (e.g. an
 # unprivileged container): the suite never skips silently.
-unshare -n true 2>/dev/null || die "cannot create a network namespace (unshare -n): the e2e suite needs root with CAP_SYS_ADMIN (in a container: --privileged)"
+unshare -n true 2>/dev/null || die "cannot create a network namespace (unshare -n): the $mode needs root with CAP_SYS_ADMIN (in a container: --privileged)"
 
 # --- 2. build ------------------------------------------------------------------
 # Print a line every 30s so a long first build does not look stuck.
@@ -72,11 +78,23 @@ else
 	log "building etcd, kube-apiserver, kube-controller-manager from source (first run only, about 8 minutes on 2 cores)"
 fi
 build "the control plane" go build -o .bin/ ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager
-build "the test binary" go test -c -o .bin/e2e.test .
+# examples/demo is in the root module; the demo and TestDemo run it.
+build "examples/demo" go -C .. build -o "$PWD/.bin/demo-app" ./examples/demo
+if [ "$mode" = demo ]; then
+	build "the demo" go build -o .bin/demo ./cmd/demo
+	run=(./.bin/demo)
+else
+	build "the test binary" go test -c -o .bin/e2e.test .
+	run=(./.bin/e2e.test -test.v -test.timeout="$timeout")
+fi
 
 # --- 3. run in a private network namespace ------------------------------------
 # Pods get 10.244.0.1-250, the API servers 10.244.255.254; all on lo.
-log "running the suite in a private network namespace (timeout $timeout)"
+if [ "$mode" = demo ]; then
+	log "running the demo in a private network namespace (unshare -n): nothing it starts can reach another network"
+else
+	log "running the suite in a private network namespace (timeout $timeout)"
+fi
 exec unshare -n -- bash -c '
 set -euo pipefail
 ip link set lo up
@@ -84,5 +102,5 @@ ip link set lo up
 	for i in $(seq 1 250); do echo "addr add 10.244.0.$i/32 dev lo"; done
 	echo "addr add 10.244.255.254/32 dev lo"
 } | ip -batch -
-exec ./.bin/e2e.test -test.v -test.timeout="$0" "$@"
-' "$timeout" "$@"
+exec "$@"
+' netns "${run[@]}" "$@"

@@ -1,0 +1,412 @@
+// Package demo runs examples/demo against a control plane, for `make demo`
+// (e2e/cmd/demo) and its test (e2e/demo_test.go).
+//
+// In a namespace of its own it applies examples/kubernetes/rbac.yaml and
+// service.yaml, starts memcached pods, and runs the examples/demo program as
+// the example ServiceAccount. The program has only that account's RBAC, so it
+// cannot change the cluster; it asks the control, a small HTTP server on
+// 127.0.0.1 that plays the Deployment controller and the kubelet:
+//
+//	POST /scale?replicas=N  start (or stop) pods until N are ready; answers when done
+//	POST /roll-next         replace the oldest pod, as a rolling update does; answers when done
+//	POST /kill              SIGKILL the memcached of one pod; answers at once, and the pod
+//	                        turns NotReady after a readiness-probe period, then restarts
+//
+// Each answers 200 with one line of text saying what it did, or an error
+// status with the reason.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubecache/k8s-memcache-selector/e2e/internal/cluster"
+)
+
+// Config is one run of the demo.
+type Config struct {
+	Client    kubernetes.Interface // an admin client of the control plane
+	Kubelet   *cluster.Kubelet
+	APIServer *cluster.APIServer // the program talks to it: its URL and CA
+	Namespace string
+	Manifests string // the folder of rbac.yaml and service.yaml
+	App       string // the examples/demo binary
+	Dir       string // a folder for the ServiceAccount token
+	LogFile   string // where the program writes the library's logs
+
+	Pods        int    // memcached pods at the start; default 5
+	Short       bool   // fewer keys and shorter waits, for the e2e test
+	SummaryJSON string // if set, the program writes its summary there
+
+	Out io.Writer // the setup lines and the program's output
+}
+
+// timing is how the control plays Kubernetes.
+type timing struct {
+	surge   time.Duration // a new pod serves this long before the old one is deleted
+	preStop time.Duration // a deleted pod's memcached serves this long before it stops
+	probe   time.Duration // a killed memcached's pod turns NotReady after this
+	restart time.Duration // and the kubelet restarts the container this long after that
+}
+
+var (
+	normalTiming = timing{surge: time.Second, preStop: 2 * time.Second, probe: 2 * time.Second, restart: 3 * time.Second}
+	shortTiming  = timing{surge: 500 * time.Millisecond, preStop: 2 * time.Second, probe: time.Second, restart: 2 * time.Second}
+)
+
+const port = 11211 // the memcached port, service.yaml's targetPort
+
+// Run sets up the namespace and the pods, runs the program until it exits,
+// and removes the pods. It returns the program's error, if any.
+func Run(ctx context.Context, c Config) error {
+	if c.Pods == 0 {
+		c.Pods = 5
+	}
+	s := &control{c: c, t: normalTiming}
+	if c.Short {
+		s.t = shortTiming
+	}
+	bg, stopBackground := context.WithCancel(ctx)
+	s.bg = bg
+	defer s.removePods()
+	defer s.background.Wait()
+	defer stopBackground()
+
+	sa, err := s.setup(ctx)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /scale", s.handle(s.scale))
+	mux.HandleFunc("POST /roll-next", s.handle(s.rollNext))
+	mux.HandleFunc("POST /kill", s.handle(s.kill))
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	args := []string{
+		"-service", fmt.Sprintf("%s.%s:%d", s.service, c.Namespace, port),
+		"-api", c.APIServer.URL,
+		"-token", filepath.Join(c.Dir, "token"),
+		"-ca", c.APIServer.CAFile,
+		"-control", "http://" + ln.Addr().String(),
+		"-log", c.LogFile,
+	}
+	if c.Short {
+		args = append(args, "-short")
+	}
+	if c.SummaryJSON != "" {
+		args = append(args, "-summary-json", c.SummaryJSON)
+	}
+	fmt.Fprintf(c.Out, "  %-15s runs as ServiceAccount %s: a token from the TokenRequest API, and the CA\n", "examples/demo", sa)
+
+	p, err := cluster.StartProcessOutput("examples/demo", c.Out, c.Out, c.App, args...)
+	if err != nil {
+		return err
+	}
+	if err := p.Wait(ctx); err != nil {
+		p.Stop(5 * time.Second)
+		return fmt.Errorf("examples/demo: %w", err)
+	}
+	return nil
+}
+
+// control plays Kubernetes for the program: the Deployment controller that
+// scales and rolls pods, and the kubelet that runs them.
+type control struct {
+	c       Config
+	t       timing
+	service string            // the Service's name
+	labels  map[string]string // its selector, the pods' labels
+
+	bg         context.Context // for work that outlives a request; done when Run ends
+	background sync.WaitGroup
+
+	mu   sync.Mutex     // one change at a time
+	pods []*cluster.Pod // every pod not yet removed, oldest first
+	seq  int            // pods started so far; they are named memcache-1, memcache-2, ...
+}
+
+// setup creates the namespace, applies the example manifests, writes a
+// token of their ServiceAccount and starts the first pods. It returns the
+// ServiceAccount's name.
+func (s *control) setup(ctx context.Context) (string, error) {
+	c := s.c
+	if err := cluster.CreateNamespace(ctx, c.Client, c.Namespace); err != nil {
+		return "", err
+	}
+	var sa string
+	for _, file := range []string{"rbac.yaml", "service.yaml"} {
+		created, err := cluster.ApplyFile(ctx, c.Client, c.Namespace, filepath.Join(c.Manifests, file))
+		if err != nil {
+			return "", err
+		}
+		for _, obj := range created {
+			kind, name, _ := strings.Cut(obj, "/")
+			switch kind {
+			case "ServiceAccount":
+				sa = name
+			case "Service":
+				s.service = name
+			}
+		}
+		label := ""
+		if file == "rbac.yaml" {
+			label = "namespace " + c.Namespace
+		}
+		fmt.Fprintf(c.Out, "  %-15s examples/kubernetes/%s: %s\n", label, file, describe(created))
+	}
+	if sa == "" || s.service == "" {
+		return "", errors.New("the example manifests have no ServiceAccount or no Service")
+	}
+	svc, err := c.Client.CoreV1().Services(c.Namespace).Get(ctx, s.service, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	s.labels = svc.Spec.Selector
+	if err := cluster.WriteToken(ctx, c.Client, c.Namespace, sa, filepath.Join(c.Dir, "token")); err != nil {
+		return "", err
+	}
+
+	start := time.Now()
+	if _, err := s.scaleTo(ctx, c.Pods); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(c.Out, "  %-15s %s to %s ready in %v, each a memcached on an IP of its own\n", "pods",
+		s.pods[0].Name, s.pods[len(s.pods)-1].Name, time.Since(start).Round(10*time.Millisecond))
+	return sa, nil
+}
+
+// describe lists objects ("Kind/name") as "Kind, Kind name" when they
+// share a name, as the ServiceAccount, Role and RoleBinding of rbac.yaml do.
+func describe(objs []string) string {
+	var kinds []string
+	names := map[string]bool{}
+	var name string
+	for _, o := range objs {
+		kind, n, _ := strings.Cut(o, "/")
+		kinds = append(kinds, kind)
+		names[n], name = true, n
+	}
+	if len(names) != 1 {
+		return strings.Join(objs, ", ")
+	}
+	return strings.Join(kinds, ", ") + " " + name
+}
+
+// handle serves one control request: one change at a time, answered with a
+// line of text or an error.
+func (s *control) handle(f func(ctx context.Context, r *http.Request) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		msg, err := f(r.Context(), r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, msg)
+	}
+}
+
+// scale serves POST /scale?replicas=N.
+func (s *control) scale(ctx context.Context, r *http.Request) (string, error) {
+	n, err := strconv.Atoi(r.URL.Query().Get("replicas"))
+	if err != nil || n < 1 || n > 50 {
+		return "", fmt.Errorf("replicas=%q: want a number of pods from 1 to 50", r.URL.Query().Get("replicas"))
+	}
+	return s.scaleTo(ctx, n)
+}
+
+// scaleTo starts pods, or stops the newest, until n run; it returns when
+// the Service's EndpointSlices list exactly those as ready.
+func (s *control) scaleTo(ctx context.Context, n int) (string, error) {
+	var did []string
+	var started []*cluster.Pod
+	if grow := n - len(s.pods); grow > 0 {
+		var wg sync.WaitGroup
+		errs := make([]error, grow)
+		started = make([]*cluster.Pod, grow)
+		for i := range grow {
+			name := s.nextName()
+			wg.Go(func() { started[i], errs[i] = s.runPod(ctx, name) })
+		}
+		wg.Wait()
+		for _, p := range started {
+			if p != nil {
+				s.pods = append(s.pods, p)
+				did = append(did, fmt.Sprintf("started %s (%s)", p.Name, p.IP))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return "", err
+		}
+	}
+	for len(s.pods) > n {
+		p := s.pods[len(s.pods)-1]
+		if err := s.terminate(ctx, p); err != nil {
+			return "", err
+		}
+		did = append(did, fmt.Sprintf("stopped %s (%s)", p.Name, p.IP))
+	}
+	if err := s.waitEndpoints(ctx, s.pods); err != nil {
+		return "", err
+	}
+	if did == nil {
+		return fmt.Sprintf("%d pods run already", n), nil
+	}
+	return strings.Join(did, ", "), nil
+}
+
+// rollNext serves POST /roll-next: what a Deployment's rolling update
+// (maxSurge 1, maxUnavailable 0) does for one pod. A new pod starts and turns
+// ready; a moment later the oldest pod is deleted: Kubernetes marks it
+// terminating (not ready, so it leaves the EndpointSlices), its preStop sleep
+// keeps memcached serving, then memcached stops and the pod goes.
+func (s *control) rollNext(ctx context.Context, _ *http.Request) (string, error) {
+	if len(s.pods) == 0 {
+		return "", errors.New("no pods to roll")
+	}
+	old := s.pods[0]
+	p, err := s.runPod(ctx, s.nextName())
+	if err != nil {
+		return "", err
+	}
+	s.pods = append(s.pods, p)
+	if err := s.waitEndpoints(ctx, s.pods); err != nil {
+		return "", err
+	}
+	if err := sleep(ctx, s.t.surge); err != nil {
+		return "", err
+	}
+	if err := s.terminate(ctx, old); err != nil {
+		return "", err
+	}
+	if err := s.waitEndpoints(ctx, s.pods); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s -> %s", old.Name, p.Name), nil
+}
+
+// terminate deletes p as Kubernetes does: a graceful delete (the pod turns
+// Terminating), the preStop delay, memcached stopped (SIGTERM), the pod
+// object removed.
+func (s *control) terminate(ctx context.Context, p *cluster.Pod) error {
+	if err := p.Terminate(ctx, s.t.preStop); err != nil {
+		return err
+	}
+	s.pods = slices.DeleteFunc(s.pods, func(q *cluster.Pod) bool { return q == p })
+	return nil
+}
+
+// kill serves POST /kill: memcached in the middle pod dies (SIGKILL) without
+// warning. Its readiness probe fails after s.t.probe, so the pod turns
+// NotReady; the kubelet restarts the container s.t.restart later, the probe
+// passes, and the pod is Ready again. The request returns at once; the control
+// takes no other request until the pod is back.
+func (s *control) kill(ctx context.Context, _ *http.Request) (string, error) {
+	if len(s.pods) == 0 {
+		return "", errors.New("no pods to kill")
+	}
+	p := s.pods[len(s.pods)/2]
+	p.Crash()
+	s.background.Go(func() {
+		s.mu.Lock() // taken once this request is answered: hold off others until the pod is back
+		defer s.mu.Unlock()
+		if sleep(s.bg, s.t.probe) != nil || p.SetReady(s.bg, false) != nil {
+			return
+		}
+		if sleep(s.bg, s.t.restart) != nil || p.RestartProcesses(s.bg) != nil {
+			return
+		}
+		_ = p.SetReady(s.bg, true)
+	})
+	return fmt.Sprintf("killed memcached in %s (%s): NotReady in %v, restarted %v later",
+		p.Name, p.Addr(port), s.t.probe, s.t.restart), nil
+}
+
+func (s *control) nextName() string {
+	s.seq++
+	return fmt.Sprintf("memcache-%d", s.seq)
+}
+
+func (s *control) runPod(ctx context.Context, name string) (*cluster.Pod, error) {
+	return s.c.Kubelet.RunPod(ctx, cluster.PodSpec{Namespace: s.c.Namespace, Name: name, Labels: s.labels})
+}
+
+// waitEndpoints waits until the Service's EndpointSlices list exactly pods
+// as ready, as the EndpointSlice controller writes them.
+func (s *control) waitEndpoints(ctx context.Context, pods []*cluster.Pod) error {
+	var want []string
+	for _, p := range pods {
+		want = append(want, p.IP)
+	}
+	slices.Sort(want)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got []string
+	for {
+		list, err := s.c.Client.DiscoveryV1().EndpointSlices(s.c.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: discoveryv1.LabelServiceName + "=" + s.service,
+		})
+		if err == nil {
+			got = got[:0]
+			for _, sl := range list.Items {
+				for _, ep := range sl.Endpoints {
+					if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+						got = append(got, ep.Addresses...)
+					}
+				}
+			}
+			slices.Sort(got)
+			if slices.Equal(got, want) {
+				return nil
+			}
+		}
+		if sleep(ctx, 20*time.Millisecond) != nil {
+			return fmt.Errorf("EndpointSlices of %s: ready %v, want %v", s.service, got, want)
+		}
+	}
+}
+
+// removePods removes every pod the control started and has not removed.
+func (s *control) removePods() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range s.pods {
+		wg.Go(func() { _ = p.ForceDelete(context.Background()) })
+	}
+	wg.Wait()
+	s.pods = nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

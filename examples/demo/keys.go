@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+)
+
+// writeKeys sets prefix/0 ... prefix/n-1, from 8 goroutines.
+func writeKeys(cache *memcache.Client, prefix string, n int) error {
+	const workers = 8
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n && errs[w] == nil; i += workers {
+				errs[w] = cache.Set(&memcache.Item{Key: fmt.Sprintf("%s/%d", prefix, i), Value: []byte("value")})
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readBack reads prefix/0 ... prefix/n-1 (GetMulti, 100 at a time) and
+// returns how many it found.
+func readBack(cache *memcache.Client, prefix string, n int) (int, error) {
+	found := 0
+	for i := 0; i < n; i += 100 {
+		var keys []string
+		for j := i; j < min(i+100, n); j++ {
+			keys = append(keys, fmt.Sprintf("%s/%d", prefix, j))
+		}
+		items, err := cache.GetMulti(keys)
+		if err != nil {
+			return 0, err
+		}
+		found += len(items)
+	}
+	return found, nil
+}
+
+// spread prints how the keys prefix/0 ... prefix/n-1 spread over the
+// servers: PickServer is what memcache.Client asks for each key.
+func (o *output) spread(ss *selector.ServerList, prefix string, n int) error {
+	perServer := map[string]int{}
+	for i := range n {
+		addr, err := ss.PickServer(fmt.Sprintf("%s/%d", prefix, i))
+		if err != nil {
+			return err
+		}
+		perServer[addr.String()]++
+	}
+	cols := []column{{"server", -18}, {"keys", 7}, {"share", 6}, {"", -1}}
+	o.header(cols)
+	for _, s := range ss.Servers() {
+		k := perServer[s.String()]
+		share := float64(k) / float64(n)
+		o.say("%s", row(cols, s, count(k), percent(share), strings.Repeat("█", int(100*share+0.5))))
+	}
+	return nil
+}
+
+// waitForServers waits until the ring has n servers. changed is signalled
+// by the ServerList's OnChange hook.
+func waitForServers(ss *selector.ServerList, changed <-chan struct{}, n int) error {
+	timeout := time.After(30 * time.Second)
+	for len(ss.Servers()) != n {
+		select {
+		case <-changed:
+		case <-timeout:
+			return fmt.Errorf("the ring has %d servers after 30s, not %d: %v", len(ss.Servers()), n, ss.Servers())
+		}
+	}
+	return nil
+}

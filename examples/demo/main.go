@@ -1,0 +1,238 @@
+// Command demo shows k8s-memcache-selector at work on a live cluster. It finds
+// the memcached pods of a headless Service, writes keys through them, and
+// keeps reading and writing while pods are added, replaced and killed.
+//
+// `make demo` runs it on a control plane on this machine (e2e/cmd/demo). It
+// is an ordinary client of the library, outside the cluster: it reaches the
+// API server with WithAPIServer and the token and CA of the ServiceAccount in
+// examples/kubernetes/rbac.yaml. That account may only list and watch
+// EndpointSlices, so to change the cluster the program asks the demo's
+// control, a small HTTP server that plays the Deployment controller and the
+// kubelet:
+//
+//	POST /scale?replicas=N  start pods until N are ready; answers when done
+//	POST /roll-next         replace the oldest pod, as a rolling update does; answers when done
+//	POST /kill              SIGKILL memcached in one pod; answers at once, and the pod turns
+//	                        NotReady a moment later, as a failing readiness probe would
+//
+// Each answers with one line saying what it did.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+)
+
+type config struct {
+	service, api, token, ca string // the Service and how to reach the API server
+	control                 string // the demo's control URL
+	log                     string // the library's log file
+	summaryJSON             string
+	keys                    int           // keys written and read
+	pause                   time.Duration // how long to watch traffic after the killed pod is back
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.service, "service", "memcache-headless.demo:11211", "the memcached Service, as service.namespace:port")
+	flag.StringVar(&c.api, "api", "", "the API server's URL")
+	flag.StringVar(&c.token, "token", "", "file with the ServiceAccount token")
+	flag.StringVar(&c.ca, "ca", "", "file with the API server's CA certificate")
+	flag.StringVar(&c.control, "control", "", "the demo control's URL, which scales, rolls and kills pods")
+	flag.StringVar(&c.log, "log", "k8s-memcache-selector-demo.log", "file for the library's logs")
+	flag.StringVar(&c.summaryJSON, "summary-json", "", "also write the summary as JSON to this file")
+	short := flag.Bool("short", false, "2,000 keys instead of 10,000, and shorter waits (for the e2e test)")
+	flag.Parse()
+	c.keys, c.pause = 10000, 2*time.Second
+	if *short {
+		c.keys, c.pause = 2000, time.Second
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(c config) error {
+	out := newOutput(os.Stdout)
+	control := control{url: c.control}
+	sum := summary{Keys: c.keys, LogFile: c.log}
+
+	logFile, err := os.Create(c.log)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	logger := slog.New(slog.NewTextHandler(logFile, nil))
+
+	// 1. The library lists the Service's EndpointSlices, then watches them.
+	out.chapter("1. Discover the memcached pods of %s", c.service)
+	ringChanged := make(chan struct{}, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	ss, err := selector.NewServerList(ctx, c.service,
+		selector.WithAPIServer(c.api),
+		selector.WithTokenFile(c.token),
+		selector.WithCAFile(c.ca),
+		selector.WithSlog(logger),
+		selector.WithOnChange(func([]net.Addr) {
+			select {
+			case ringChanged <- struct{}{}:
+			default:
+			}
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	pods := len(ss.Servers())
+	sum.ServersDiscovered = pods
+	out.say("NewServerList found %d servers in %v, and watches for changes:", pods, time.Since(start).Round(time.Millisecond))
+	for _, s := range ss.Servers() {
+		out.say("  %s", s)
+	}
+	cache := memcache.NewFromSelector(ss)
+	cache.Timeout = 2 * time.Second
+	cache.MaxIdleConns = 8
+
+	// 2. Each key goes to the pod that owns it on the ring.
+	out.chapter("2. Write %s keys", count(c.keys))
+	if err := writeKeys(cache, "ring", c.keys); err != nil {
+		return err
+	}
+	if err := out.spread(ss, "ring", c.keys); err != nil {
+		return err
+	}
+	// For comparison: memcache.ServerList, crc32(key) % N over the pods in
+	// the order the API lists them, as the seed library used it.
+	var modulo memcache.ServerList
+	if err := setServersInAPIOrder(&modulo, c, pods); err != nil {
+		return err
+	}
+	moduloCache := memcache.NewFromSelector(&modulo)
+	if err := writeKeys(moduloCache, "modulo", c.keys); err != nil {
+		return err
+	}
+	out.say("The same keys also went through memcache.ServerList (modulo hashing, crc32(key) %% %d over", pods)
+	out.say("the pods in API order, as the seed library used it), under the prefix modulo/.")
+
+	// 3. One pod more: the ring moves 1/6 of the keys, modulo nearly all.
+	out.chapter("3. Scale from %d to %d pods", pods, pods+1)
+	answer, err := control.do(fmt.Sprintf("/scale?replicas=%d", pods+1))
+	if err != nil {
+		return err
+	}
+	out.say("control: %s", answer)
+	if err := waitForServers(ss, ringChanged, pods+1); err != nil {
+		return err
+	}
+	if err := setServersInAPIOrder(&modulo, c, pods+1); err != nil {
+		return err
+	}
+	pods = len(ss.Servers())
+	sum.ServersAfterScale = pods
+	ringHits, err := readBack(cache, "ring", c.keys)
+	if err != nil {
+		return err
+	}
+	moduloHits, err := readBack(moduloCache, "modulo", c.keys)
+	if err != nil {
+		return err
+	}
+	sum.RingHitRate = float64(ringHits) / float64(c.keys)
+	sum.ModuloHitRate = float64(moduloHits) / float64(c.keys)
+	out.say("Both clients now use %d servers. Reading the %s keys back:", pods, count(c.keys))
+	cols := []column{{"client", -34}, {"hits", 6}, {"hit rate", 8}}
+	out.header(cols)
+	out.say("%s", row(cols, "this library (consistent hashing)", count(ringHits), percent(sum.RingHitRate)))
+	out.say("%s", row(cols, "memcache.ServerList (modulo)", count(moduloHits), percent(sum.ModuloHitRate)))
+	out.say("At best %d/%d = %s of the keys stay on their pod: the new pod takes its share, no more.",
+		pods-1, pods, percent(float64(pods-1)/float64(pods)))
+
+	// 4. Replace every pod, one by one, while traffic flows.
+	out.chapter("4. Restart every pod, as a Deployment's rolling update does")
+	load := startLoad(cache, "ring", c.keys, logger)
+	defer load.stop()
+	out.say("Traffic all along: %s requests/s, each a Get, and a Set after a miss (cache-aside).", count(load.rate()))
+	out.say("A step: a new pod starts and turns Ready, then the oldest is deleted: it turns Terminating and")
+	out.say("leaves the ring, its memcached serves on through the preStop sleep, stops, and the pod goes.")
+	steps := out.trafficTable("step", load, ss)
+	for i := range pods {
+		w, err := steps.row(fmt.Sprintf("%d/%d", i+1, pods), func() (string, error) { return control.do("/roll-next") })
+		if err != nil {
+			return err
+		}
+		sum.Roll.add(w)
+	}
+	sum.Roll.Steps = pods
+	sum.Roll.ServersAfter = len(ss.Servers())
+	if sum.Roll.Errors == 0 {
+		out.say("No request failed: a pod leaves the ring as soon as it turns Terminating, before memcached stops.")
+	} else {
+		out.say("%s requests failed; the log file has samples.", count(sum.Roll.Errors))
+	}
+	out.say("Each step moves two shares of the keys, to the new pod and off the old one. A moved key")
+	out.say("misses once, then the Set after the miss writes it back.")
+
+	// 5. A memcached dies without warning; Kubernetes notices a moment later.
+	out.chapter("5. Kill one memcached without warning (SIGKILL)")
+	after := out.trafficTable("since the kill", load, ss)
+	answer, err = control.do("/kill")
+	if err != nil {
+		return err
+	}
+	out.say("control: %s", answer)
+	untilServers := func(n int) func() (string, error) {
+		return func() (string, error) { return "", waitForServers(ss, ringChanged, n) }
+	}
+	killed, err := after.row("killed, still in the ring", untilServers(pods-1))
+	if err != nil {
+		return err
+	}
+	notReady, err := after.row("NotReady: out of the ring", untilServers(pods))
+	if err != nil {
+		return err
+	}
+	restarted, err := after.row("restarted: back in the ring", func() (string, error) {
+		time.Sleep(c.pause)
+		return "", nil
+	})
+	if err != nil {
+		return err
+	}
+	sum.Kill.Killed.add(killed)
+	sum.Kill.NotReady.add(notReady)
+	sum.Kill.Restarted.add(restarted)
+	sum.Kill.ServersAfter = len(ss.Servers())
+	out.say("Requests for the dead pod's keys failed until Kubernetes marked it NotReady; then the ring")
+	out.say("dropped it, and its keys went to the other pods until it came back, empty.")
+
+	// 6. What it all comes to.
+	out.chapter("6. Summary")
+	sum.print(out)
+	if c.summaryJSON != "" {
+		return sum.writeJSON(c.summaryJSON)
+	}
+	return nil
+}
+
+// setServersInAPIOrder sets the servers of a memcache.ServerList to the
+// Service's n ready pods, in the order the API lists them.
+func setServersInAPIOrder(sl *memcache.ServerList, c config, n int) error {
+	servers, err := serversInAPIOrder(c, n)
+	if err != nil {
+		return err
+	}
+	return sl.SetServers(servers...)
+}
