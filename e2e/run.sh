@@ -95,7 +95,8 @@ if [ "$mode" = demo ]; then
 else
 	log "running the suite in a private network namespace (timeout $timeout)"
 fi
-exec unshare -n -- bash -c '
+netns() {
+	unshare -n -- bash -c '
 set -euo pipefail
 ip link set lo up
 {
@@ -103,4 +104,14 @@ ip link set lo up
 	echo "addr add 10.244.255.254/32 dev lo"
 } | ip -batch -
 exec "$@"
-' netns "${run[@]}" "$@"
+' netns "$@"
+}
+if [ "$mode" = demo ]; then
+	netns "${run[@]}" "$@"
+	exit
+fi
+# The suite's verdict ends the output, counted from go test's own lines.
+rc=0
+netns "${run[@]}" "$@" 2>&1 | tee .bin/e2e.log || rc=$?
+echo "e2e: $(grep -c '^--- PASS' .bin/e2e.log || true) passed, $(grep -c '^--- FAIL' .bin/e2e.log || true) failed"
+exit "$rc"
