@@ -157,7 +157,7 @@ func run(c config) error {
 	out.header(cols)
 	out.say("%s", row(cols, "this library (consistent hashing)", count(ringHits), percent(sum.RingHitRate)))
 	out.say("%s", row(cols, "memcache.ServerList (modulo)", count(moduloHits), percent(sum.ModuloHitRate)))
-	out.say("At best %d/%d = %s of the keys stay on their pod: the new pod takes its share, no more.",
+	out.say("Ideally %d/%d = %s of the keys stay on their pod: the new pod takes its share (about 1/6), no more.",
 		pods-1, pods, percent(float64(pods-1)/float64(pods)))
 
 	// 4. Replace every pod, one by one, while traffic flows.

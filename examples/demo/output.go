@@ -90,7 +90,7 @@ func (o *output) during(live func() string, f func() (string, error)) (string, e
 }
 
 // trafficTable prints a row per step of a story told under traffic: what
-// happened, how long it took, the servers in the ring after it, and the
+// happened, how long it took, the servers in the ring as it began, and the
 // requests, errors and hit rate of the load meanwhile. It counts from its
 // creation; it prints its header with the first row.
 type trafficTable struct {
@@ -116,8 +116,9 @@ func (t *trafficTable) row(label string, f func() (string, error)) (*window, err
 		t.o.header(t.cols)
 		t.header = true
 	}
+	servers := len(t.ss.Servers())
 	line := func(label string, w *window, took time.Duration) string {
-		return row(t.cols, label, seconds(took), len(t.ss.Servers()), count(w.requests()), count(w.errors()), percent(w.hitRate()))
+		return row(t.cols, label, seconds(took), servers, count(w.requests()), count(w.errors()), percent(w.hitRate()))
 	}
 	answer, err := t.o.during(func() string {
 		w := t.load.current()
