@@ -149,15 +149,10 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// createNamespace creates ns with its default ServiceAccount (there is no
-// service-account controller; pods need it to pass admission).
+// createNamespace creates ns with its default ServiceAccount.
 func (e *env) createNamespace(ns string) {
 	e.t.Helper()
-	ctx := context.Background()
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(context.Background(), e.client, ns); err != nil {
 		e.t.Fatal(err)
 	}
 }
