@@ -65,9 +65,10 @@ type ring struct {
 
 const (
 	direct        = 1 << 31 // a table entry with this bit set is a member index
-	tableOverPts  = 2       // about 4 (1<<2) buckets per point, so most are empty,
-	maxTableBits  = 21      // up to 8 MB of table
-	sortGroupBits = 8
+	tableOverPts  = 2       // log2 of the table's buckets per point: most are empty
+	maxTableBits  = 21      // at most 2^21 buckets, 8 MB
+	sortGroupBits = 8       // the sort's first round makes 2^8 groups
+	maxPoints     = 100000  // per member; keeps point indexes below direct
 )
 
 // newRing builds a ring over ms with the given points per member. ms must be

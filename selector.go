@@ -239,6 +239,9 @@ func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList
 	if err != nil {
 		return nil, err
 	}
+	if o.points < 0 || o.points > maxPoints {
+		return nil, fmt.Errorf("selector: WithPointsPerServer(%d): want 1 to %d", o.points, maxPoints)
+	}
 	c, err := newClient(o)
 	if err != nil {
 		return nil, err
@@ -373,10 +376,10 @@ func WithHTTPClient(c *http.Client) Option {
 	return func(o *options) { o.httpClient = c }
 }
 
-// WithPointsPerServer sets the number of ring points per server (default
-// DefaultPointsPerServer). More points balance keys more evenly and cost
-// memory and rebuild time. Every process sharing a cache must use the same
-// value, or they will route keys differently.
+// WithPointsPerServer sets the number of ring points per server, from 1 to
+// 100,000; 0 means DefaultPointsPerServer. More points balance keys more
+// evenly and cost memory and rebuild time. Every process sharing a cache
+// must use the same value, or they will route keys differently.
 func WithPointsPerServer(n int) Option {
 	return func(o *options) { o.points = n }
 }

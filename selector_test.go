@@ -334,6 +334,9 @@ func TestNewServerListBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotInCluster)
 	require.ErrorContains(t, err, "WithAPIServer")
 
+	_, err = NewServerList(t.Context(), "memcache:11211", o, WithPointsPerServer(200000))
+	require.ErrorContains(t, err, "WithPointsPerServer(200000): want 1 to 100000")
+
 	_, err = NewServerList(t.Context(), "memcache:11211", WithAPIServer("ftp://example.invalid"))
 	require.ErrorContains(t, err, "bad API server URL")
 
