@@ -64,6 +64,9 @@ func TestFaultAPIServerRestart(t *testing.T) {
 			if err := cp.APIServer.Start(context.Background()); err != nil {
 				t.Errorf("restart %s: %v", cp.APIServer.Name, err)
 			}
+			if err := cp.RestartKCM(); err != nil {
+				t.Errorf("restart the controller manager: %v", err)
+			}
 		}
 	}()
 	t.Logf("killed %s", cp.APIServer.Name)
@@ -88,6 +91,9 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	restarted = true
 	kubelet.SetClient(cp.Client)
 	ready := time.Since(start)
+	if err := cp.RestartKCM(); err != nil {
+		t.Fatal(err)
+	}
 	want := addrs([]*cluster.Pod{pods[1], pods[2], newPod}, 11211)
 	sliceAt := make(chan time.Duration, 1)
 	go func() {
@@ -104,7 +110,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds := <-sliceAt
-	t.Logf("%s restarted and ready in %v; the EndpointSlices had the changes made while it was down %v after the restart, the ring %v after",
+	t.Logf("%s restarted and ready in %v; the EndpointSlices (from a restarted controller manager) had the changes made while it was down %v after the restart, the ring %v after",
 		cp.APIServer.Name, ready.Round(time.Millisecond), ds.Round(time.Millisecond), d.Round(time.Millisecond))
 	// A restarting API server answers 403 for a moment (its RBAC caches
 	// are empty), and a retry may land then: that must not stall the watch

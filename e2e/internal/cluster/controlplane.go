@@ -305,6 +305,19 @@ func (cp *ControlPlane) startKCM() error {
 	return err
 }
 
+// RestartKCM stops the controller manager and starts a fresh one.
+//
+// A test that kills the API server calls it once the server is back: while
+// connections are refused, the controller manager's client-go reflectors back
+// off exponentially (0.8 s doubling to 30 s, with as much again of jitter)
+// and reset only after two quiet minutes, so its informers could return a
+// minute late and stall the EndpointSlices of the tests that follow. The
+// library is what the suite tests, not the controller manager's backoff.
+func (cp *ControlPlane) RestartKCM() error {
+	cp.KCM.Stop(10 * time.Second)
+	return cp.startKCM()
+}
+
 // WriteKubeconfig writes a kubeconfig with one cluster, user and context.
 func WriteKubeconfig(path, server, caFile, token string) error {
 	cfg := fmt.Sprintf(`apiVersion: v1
