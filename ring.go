@@ -17,7 +17,7 @@ import (
 // The busiest member's share of the key space exceeds the mean by about
 // 1/sqrt(points) times a factor that grows slowly with the member count:
 // with 1500 points, by 4% on average at 10 members and 7% at 100 (1000
-// points give 5% and 8%). A ring of 1000 members takes 26 MB.
+// points give 5% and 8%). A ring of 1000 members takes 30 MB.
 const DefaultPointsPerServer = 1500
 
 // member is one server on the ring. id decides where its points go; addr is
@@ -47,7 +47,8 @@ func newStaticAddr(a net.Addr) *staticAddr {
 // around. Points are sorted by hash, ties broken by id, so the mapping does
 // not depend on input order or history.
 //
-// A table splits the hash space into about four buckets per point. Most
+// A table splits the hash space into buckets: four per point, falling to two
+// from half a million points, and at most 2M past two million. Most
 // buckets hold no point, and their entry is the owner of the whole bucket;
 // the entry of any other bucket is where to start scanning the points. So
 // most lookups read the table and the member, and none scans more than a few
@@ -60,13 +61,13 @@ type ring struct {
 	owners  []uint32   // owners[i] indexes members for hashes[i]
 	scan    []uint64   // hashes and a sentinel above every hash, to end scans
 	table   []uint32   // per bucket: direct|owner, or the first point in it
-	shift   uint       // a hash's bucket is hash >> shift
+	size    uint64     // len(table)
 }
 
 const (
 	direct        = 1 << 31 // a table entry with this bit set is a member index
-	tableOverPts  = 2       // log2 of the table's buckets per point: most are empty
-	maxTableBits  = 21      // at most 2^21 buckets, 8 MB
+	tablePerPoint = 4       // buckets per point the table aims at
+	maxTable      = 1 << 21 // buckets the table aims at, at most: 8 MB
 	sortGroupBits = 8       // the sort's first round makes 2^8 groups
 	maxPoints     = 100000  // per member; keeps point indexes below direct
 )
@@ -78,19 +79,29 @@ func newRing(ms []member, points int) *ring {
 	if len(ms) == 0 {
 		return nil
 	}
+	points = max(points, 1)
+	n := len(ms) * points
+	// The sort needs scratch space of two words per point, which is more
+	// than the table aims at from 1M points on. The scratch space becomes
+	// the table: more buckets only make lookups faster, and the build
+	// allocates no more than the ring keeps. Only a ring too big to want so
+	// many buckets gets a table of its own.
+	scratch := make([]uint32, max(2*n, min(tablePerPoint*n, maxTable)))
 	r := &ring{members: ms, servers: servers(ms)}
-	r.scan, r.owners = sortedPoints(ms, max(points, 1))
-	r.hashes = r.scan[:len(r.owners)]
+	r.scan, r.owners = sortedPoints(ms, points, scratch)
+	r.hashes = r.scan[:n]
+	r.table = scratch
+	if len(scratch) > 2*maxTable {
+		r.table = make([]uint32, maxTable)
+	}
+	r.size = uint64(len(r.table))
 
-	n := len(r.owners)
-	b := min(bits.Len(uint(n))+tableOverPts, maxTableBits)
-	r.table, r.shift = make([]uint32, 1<<b), uint(64-b)
 	bk := 0 // the first bucket not yet filled
 	for i, h := range r.hashes {
-		for ; bk < int(h>>r.shift); bk++ {
+		for ; bk < r.bucket(h); bk++ {
 			r.table[bk] = direct | r.owners[i] // an empty bucket: point i is next
 		}
-		if bk == int(h>>r.shift) {
+		if bk == r.bucket(h) {
 			r.table[bk] = uint32(i) // the first point in its bucket
 			bk++
 		}
@@ -101,9 +112,14 @@ func newRing(ms []member, points int) *ring {
 	return r
 }
 
+// bucket returns the table bucket of hash h: its top 32 bits scaled to the
+// table's size (Lemire's fast range), so hashes and buckets keep their order
+// and the table needs no power-of-two size.
+func (r *ring) bucket(h uint64) int { return int((h >> 32) * r.size >> 32) }
+
 // pick returns the member that owns hash h.
 func (r *ring) pick(h uint64) *member {
-	e := r.table[h>>r.shift]
+	e := r.table[r.bucket(h)]
 	if e&direct != 0 {
 		return &r.members[e&^direct]
 	}
@@ -122,24 +138,27 @@ func (r *ring) pick(h uint64) *member {
 // The sort takes linear time, which matters at a million points: a counting
 // sort by the top 8 bits, which writes to 256 places at a time and so stays
 // in cache; then a counting sort of each group by its next bits, in a small
-// buffer; then an insertion sort of the point or two that share those bits.
-func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
+// buffer; then an insertion sort, which only has to order the point or two
+// that share those bits.
+func sortedPoints(ms []member, points int, scratch []uint32) ([]uint64, []uint32) {
 	n := len(ms) * points
-	gen := make([]uint64, n) // hashes in member order: owner = index / points
+	// The hashes in member order (owner = index / points), as two halves.
+	gen := scratch[:2*n]
 	var name []byte
 	for m := range ms {
 		name = append(append(name[:0], ms[m].id...), '-', '0')
 		digits := len(name) - 1
 		for i := m * points; i < (m+1)*points; i++ {
-			gen[i] = xxhash.Sum64(name)
+			h := xxhash.Sum64(name)
+			gen[2*i], gen[2*i+1] = uint32(h>>32), uint32(h)
 			name = incDecimal(name, digits)
 		}
 	}
 
 	group := func(h uint64) int { return int(h >> (64 - sortGroupBits)) }
 	var start [1<<sortGroupBits + 1]int
-	for _, h := range gen {
-		start[group(h)+1]++
+	for i := 0; i < len(gen); i += 2 {
+		start[gen[i]>>(32-sortGroupBits)+1]++
 	}
 	for g := 1; g < len(start); g++ {
 		start[g] += start[g-1]
@@ -148,7 +167,8 @@ func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
 	hashes := make([]uint64, n, n+1)
 	owners := make([]uint32, n)
 	for m := range ms {
-		for _, h := range gen[m*points : (m+1)*points] {
+		for j := 2 * m * points; j < 2*(m+1)*points; j += 2 {
+			h := uint64(gen[j])<<32 | uint64(gen[j+1])
 			i := next[group(h)]
 			next[group(h)]++
 			hashes[i], owners[i] = h, uint32(m)
@@ -175,13 +195,9 @@ func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
 			count[sub(h)]++
 			hashes[k], owners[k] = h, os[j]
 		}
-		from := lo
-		for s := range len(count) - 1 { // count[s] is now the end of sub-bucket s
-			if lo+count[s]-from > 1 {
-				insertionSort(hashes, owners, from, lo+count[s])
-			}
-			from = lo + count[s]
-		}
+		// Sorted by the bits so far, each point is at most a place or
+		// two from its final one: an insertion sort finishes in linear time.
+		insertionSort(hashes, owners, lo, hi)
 	}
 	return append(hashes, math.MaxUint64), owners
 }

@@ -103,20 +103,24 @@ func TestRingPoints(t *testing.T) {
 }
 
 // TestRingPick checks the indexed lookup against a binary search of the
-// sorted points, at hashes around every point and at the edges of the space.
+// sorted points, at hashes around every point (every few points in the big
+// rings) and at the edges of the space, for each way the table is sized.
 func TestRingPick(t *testing.T) {
 	for _, tc := range []struct {
-		name          string
-		n, points     int
-		wantBucketMax int
+		name      string
+		n, points int
+		wantTable int // buckets
 	}{
-		{"one member one point", 1, 1, 1},
-		{"one member", 1, 1000, 0},
-		{"three members", 3, 1000, 0},
-		{"many members few points", 50, 3, 0},
+		{"one member one point", 1, 1, 4},
+		{"one member", 1, 1000, 4000},
+		{"three members", 3, 1000, 12000},
+		{"many members few points", 50, 3, 600},
+		{"1.5M points: the sort's scratch space is the table", 1000, 1500, 3000000},
+		{"2.2M points: a table of its own", 1100, 2000, maxTable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRing(canonical(podMembers(tc.n)), tc.points)
+			require.Len(t, r.table, tc.wantTable)
 			ref := func(h uint64) uint32 {
 				i := sort.Search(len(r.hashes), func(i int) bool { return r.hashes[i] >= h })
 				if i == len(r.hashes) {
@@ -125,7 +129,9 @@ func TestRingPick(t *testing.T) {
 				return r.owners[i]
 			}
 			probes := []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 1, 1 << 63}
-			for _, h := range r.hashes {
+			stride := max(1, len(r.hashes)/20000)
+			for i := 0; i < len(r.hashes); i += stride {
+				h := r.hashes[i]
 				probes = append(probes, h-1, h, h+1)
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -133,8 +139,9 @@ func TestRingPick(t *testing.T) {
 				probes = append(probes, rng.Uint64())
 			}
 			for _, h := range probes {
-				got := r.pick(h)
-				require.Equal(t, &r.members[ref(h)], got, "pick(%#x)", h)
+				if got, want := r.pick(h), &r.members[ref(h)]; got != want {
+					t.Fatalf("pick(%#x) = %s, want %s", h, got.id, want.id)
+				}
 			}
 		})
 	}
