@@ -125,7 +125,7 @@ func BenchmarkPickServerParallel(b *testing.B) {
 func BenchmarkRebuild(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		addrs := benchAddrs(n + 1)
-		sets := [2][]string{addrs[:n], addrs[1:]}
+		sets := [2][]string{addrs[:n], addrs[1:]} // one pod replaced
 		snapshot := retainedBytes(func() any {
 			ss := new(ServerList)
 			if err := ss.SetServers(sets[0]...); err != nil {
@@ -353,7 +353,7 @@ func (res benchResults) scalingTable(w io.Writer) []reportGoal {
 // rebuildTable shows the cost of a change of servers.
 func (res benchResults) rebuildTable(w io.Writer) []reportGoal {
 	fmt.Fprintf(w, "### Ring rebuild (%d points per member)\n\n", DefaultPointsPerServer)
-	fmt.Fprintf(w, "newRing builds the ring alone; SetServers is the whole change (parse, canonicalize, build, publish). Allocated is per SetServers call, garbage included; retained is the live heap of a ServerList after SetServers (measured across GCs).\n\n")
+	fmt.Fprintf(w, "newRing builds a ring from scratch, as the first sync does. SetServers is the whole change (parse, canonicalize, build, publish) between two sets that differ by one member, as when a pod is replaced: it rebuilds from the previous ring and hashes only the new member's points. Allocated is per call, garbage included; retained is the live heap of a ServerList after SetServers (measured across GCs).\n\n")
 	var rows [][]string
 	var goals []reportGoal
 	for _, n := range []int{10, 100, 1000} {
@@ -367,27 +367,29 @@ func (res benchResults) rebuildTable(w io.Writer) []reportGoal {
 		if !ok1 || !ok2 {
 			continue
 		}
+		ringB, _ := res.median(fmt.Sprintf("BenchmarkRebuild/members=%d/op=newRing", n), procs, "B/op")
 		allocB, _ := res.median(name, procs, "B/op")
 		allocs, _ := res.median(name, procs, "allocs/op")
 		kept, _ := res.median(name, procs, "snapshot-B")
 		goal := "" // the goals are for 1000 members
 		if n == 1000 {
-			bytes := max(allocB, kept)
-			goal = passMiss(setNs < goalRebuildSeconds*1e9 && bytes < goalRebuildBytes)
+			slowest, bytes := max(ringNs, setNs), max(ringB, allocB, kept)
+			goal = passMiss(slowest < goalRebuildSeconds*1e9 && bytes < goalRebuildBytes)
 			goals = []reportGoal{
-				{"Rebuild at 1000 members < 100 ms (SetServers)", fmtDuration(setNs), setNs < goalRebuildSeconds*1e9},
+				{"Rebuild at 1000 members < 100 ms (from scratch, and one pod replaced)",
+					fmt.Sprintf("%s, %s", fmtDuration(ringNs), fmtDuration(setNs)), slowest < goalRebuildSeconds*1e9},
 				{"Rebuild at 1000 members < 32 MB (allocated and retained)", fmtBytes(bytes), bytes < goalRebuildBytes},
 			}
 		}
 		rows = append(rows, []string{
 			strconv.Itoa(n), strconv.Itoa(n * DefaultPointsPerServer),
-			fmtDuration(ringNs), fmtDuration(setNs),
+			fmtDuration(ringNs), fmtBytes(ringB), fmtDuration(setNs),
 			fmtBytes(allocB), fmt.Sprintf("%.0f", allocs), fmtBytes(kept),
 			strconv.Itoa(res.count(name, procs)),
 			goal,
 		})
 	}
-	qTable(w, []string{"members", "points", "newRing", "SetServers", "allocated", "allocs", "retained", "n", "goal <100 ms, <32 MB"}, rows)
+	qTable(w, []string{"members", "points", "newRing", "newRing allocated", "SetServers (one pod replaced)", "SetServers allocated", "SetServers allocs", "retained", "n", "goal <100 ms, <32 MB"}, rows)
 	return goals
 }
 

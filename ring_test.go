@@ -210,3 +210,60 @@ func TestIncDecimal(t *testing.T) {
 		require.Equal(t, tc.want, string(incDecimal([]byte(tc.in), 2)), tc.in)
 	}
 }
+
+// TestRingRebuild: a ring rebuilt from the previous one is the ring newRing
+// builds, whatever the change.
+func TestRingRebuild(t *testing.T) {
+	ids := func(lo, hi int) []member {
+		var s []string
+		for i := lo; i < hi; i++ {
+			s = append(s, fmt.Sprintf("10.0.%d.%d:11211", i/250, i%250+1))
+		}
+		return canonical(members(s...))
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to []member
+		points   int
+	}{
+		{"one added", ids(0, 10), ids(0, 11), 100},
+		{"one removed", ids(0, 10), ids(1, 10), 100},
+		{"one replaced", ids(0, 10), ids(1, 11), 100},
+		{"half removed", ids(0, 40), ids(0, 20), 50},
+		{"many added", ids(0, 3), ids(0, 60), 50},
+		{"all replaced", ids(0, 10), ids(10, 20), 100},
+		{"from one member", ids(0, 1), ids(0, 5), 1000},
+		{"to one member", ids(0, 5), ids(4, 5), 1000},
+		{"one point each", ids(0, 200), ids(100, 300), 1},
+		{"at the default points", ids(0, 100), ids(1, 101), DefaultPointsPerServer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := newRing(slices.Clone(tc.from), tc.points)
+			got := old.rebuild(slices.Clone(tc.to), tc.points)
+			want := newRing(slices.Clone(tc.to), tc.points)
+			require.Equal(t, want.hashes, got.hashes)
+			require.Equal(t, want.scan, got.scan)
+			require.Equal(t, want.owners, got.owners)
+			require.Equal(t, want.table, got.table)
+			require.Equal(t, want.members, got.members)
+			require.Equal(t, want.size, got.size)
+		})
+	}
+	t.Run("other points or no members", func(t *testing.T) {
+		r := newRing(ids(0, 5), 100)
+		require.Equal(t, newRing(ids(0, 6), 160).hashes, r.rebuild(ids(0, 6), 160).hashes)
+		require.Nil(t, r.rebuild(nil, 100))
+		require.Equal(t, newRing(ids(0, 6), 100).hashes, (*ring)(nil).rebuild(ids(0, 6), 100).hashes)
+	})
+}
+
+// TestRingMerge: merged runs are ordered by hash and then by new owner, and
+// the points of members that left are dropped.
+func TestRingMerge(t *testing.T) {
+	hashes, owners := merge(
+		[]uint64{1, 5, 5, 9}, []uint32{0, 1, 2, 1}, []uint32{0, 3, gone}, // old members 0, 1 stay as 0, 3; 2 left
+		[]uint64{5, 9, 12}, []uint32{0, 0, 1}, []uint32{2, 4}, // new members 0, 1 are 2, 4
+	)
+	require.Equal(t, []uint64{1, 5, 5, 9, 9, 12, math.MaxUint64}, hashes)
+	require.Equal(t, []uint32{0, 2, 3, 2, 3, 4}, owners)
+}

@@ -175,7 +175,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string) {
 	case old.sameIDs(ms):
 		r = old.withMembers(ms)
 	default:
-		r = newRing(ms, ss.pointsPerServer())
+		r = old.rebuild(ms, ss.pointsPerServer())
 	}
 	ss.ring.Store(r)
 
