@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,6 +31,7 @@ const (
 	pingTimeout     = 15 * time.Second // and drop the connection if unanswered
 	listTimeout     = 60 * time.Second
 	tokenReadPeriod = time.Minute
+	caReadPeriod    = 5 * time.Minute // transport/ca_rotation.go
 	userAgent       = "k8s-memcache-selector (+https://github.com/kubecache/k8s-memcache-selector)"
 )
 
@@ -112,8 +114,9 @@ func (r request) error(s status, httpCode int) *APIError {
 type client struct {
 	base  *url.URL
 	http  *http.Client
-	token *tokenFile // nil: send no token
-	conns *conns     // the connections of our own transport; nil with WithHTTPClient
+	token *tokenFile   // nil: send no token
+	ca    *caTransport // our own transport, when the CA is from a file
+	conns *conns       // the connections of our own transport; nil with WithHTTPClient
 
 	log    Logger   // nil: do not log
 	warned sync.Map // API server warnings already logged
@@ -155,7 +158,7 @@ func newClient(o options) (*client, error) {
 	}
 	if c.http == nil {
 		c.conns = &conns{open: map[*trackedConn]bool{}}
-		c.http, err = newHTTPClient(caPath, c.conns)
+		c.http, c.ca, err = newHTTPClient(caPath, c.conns, c)
 		if err != nil {
 			return nil, err
 		}
@@ -174,30 +177,98 @@ func (c *client) close() {
 // newHTTPClient returns a client with one transport of its own, configured as
 // client-go configures its: dial, TLS and keep-alive timeouts, and HTTP/2 with
 // pings, so a watch on a dead connection fails within about 45 seconds
-// instead of lingering for the kernel's TCP timeout.
-func newHTTPClient(caPath string, cs *conns) (*http.Client, error) {
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caPath != "" {
-		pem, err := os.ReadFile(caPath)
-		if err != nil {
-			return nil, fmt.Errorf("selector: read API server CA: %w", err)
-		}
-		tlsConfig.RootCAs = x509.NewCertPool()
-		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("selector: API server CA file %s holds no PEM certificate", caPath)
-		}
-	}
+// instead of lingering for the kernel's TCP timeout. With a CA file, the
+// transport follows the file (see caTransport), logging to c.
+func newHTTPClient(caPath string, cs *conns, c *client) (*http.Client, *caTransport, error) {
 	t := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         cs.dial(&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}),
-		TLSClientConfig:     tlsConfig,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: tlsTimeout,
 		MaxIdleConnsPerHost: 25,
 		// A custom TLSClientConfig turns HTTP/2 off unless it is forced.
 		ForceAttemptHTTP2: true,
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: pingAfterIdle, PingTimeout: pingTimeout},
 	}
-	return &http.Client{Transport: t}, nil
+	if caPath == "" {
+		return &http.Client{Transport: t}, nil, nil
+	}
+	pem, err := os.ReadFile(caPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("selector: read API server CA: %w", err)
+	}
+	if t.TLSClientConfig.RootCAs, err = certPool(caPath, pem); err != nil {
+		return nil, nil, fmt.Errorf("selector: %w", err)
+	}
+	ca := &caTransport{path: caPath, client: c, t: t, pem: pem, readAt: time.Now()}
+	return &http.Client{Transport: ca}, ca, nil
+}
+
+func certPool(path string, pem []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("API server CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// caTransport sends requests through a transport that trusts the CA in a
+// file, and follows the file as client-go does (ClientsAllowCARotation):
+// read again when five minutes old, or at once after a certificate the CA
+// does not verify (see expire), a changed CA moves new requests to a clone
+// of the transport that trusts it. Requests under way, such as a watch, keep
+// their connection. A file that cannot be read or parsed keeps the last
+// good CA.
+type caTransport struct {
+	path   string
+	client *client // for its log
+
+	mu     sync.Mutex
+	t      *http.Transport
+	pem    []byte
+	readAt time.Time
+}
+
+func (ca *caTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return ca.transport().RoundTrip(req)
+}
+
+func (ca *caTransport) transport() *http.Transport {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if time.Since(ca.readAt) < caReadPeriod {
+		return ca.t
+	}
+	ca.readAt = time.Now()
+	pem, err := os.ReadFile(ca.path)
+	if err == nil && bytes.Equal(pem, ca.pem) {
+		return ca.t
+	}
+	var pool *x509.CertPool
+	if err == nil {
+		pool, err = certPool(ca.path, pem)
+	}
+	if err != nil {
+		if lg := ca.client.log; lg != nil {
+			lg.Errorf("selector: keeping the API server CA: %v", err)
+		}
+		return ca.t
+	}
+	t := ca.t.Clone()
+	t.TLSClientConfig.RootCAs = pool
+	ca.t.CloseIdleConnections()
+	ca.t, ca.pem = t, pem
+	if lg := ca.client.log; lg != nil {
+		lg.Infof("selector: the API server CA in %s changed; new connections trust it", ca.path)
+	}
+	return t
+}
+
+// expire makes the next request read the CA file again.
+func (ca *caTransport) expire() {
+	ca.mu.Lock()
+	ca.readAt = time.Time{}
+	ca.mu.Unlock()
 }
 
 // conns tracks a transport's open connections, so that close can end them.
@@ -319,6 +390,11 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 		resp, err := c.http.Do(req)
+		var unverified *tls.CertificateVerificationError
+		if err != nil && c.ca != nil && errors.As(err, &unverified) && try == 0 {
+			c.ca.expire() // the API server's CA may have rotated: read it again
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

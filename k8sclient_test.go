@@ -2,17 +2,26 @@ package selector
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,13 +209,22 @@ func TestHTTPClientSettings(t *testing.T) {
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	tr, ok := c1.http.Transport.(*http.Transport)
-	if !ok {
-		t.Fatalf("transport %T, want *http.Transport", c1.http.Transport)
+	if c1.ca == nil || c1.http.Transport != c1.ca {
+		t.Fatalf("transport %T, want the CA file's *caTransport", c1.http.Transport)
 	}
-	switch {
-	case c1.http.Timeout != 0:
+	checkTransport(t, c1.ca.transport())
+	if c1.http.Transport == c2.http.Transport || c1.ca.transport() == c2.ca.transport() {
+		t.Error("two clients share a transport")
+	}
+	if c1.http.Timeout != 0 {
 		t.Errorf("client Timeout %v would cut watches", c1.http.Timeout)
+	}
+}
+
+// checkTransport checks tr has client-go's settings.
+func checkTransport(t *testing.T, tr *http.Transport) {
+	t.Helper()
+	switch {
 	case !tr.ForceAttemptHTTP2:
 		t.Error("HTTP/2 not forced: a custom TLS config turns it off")
 	case tr.HTTP2 == nil || tr.HTTP2.SendPingTimeout != 30*time.Second || tr.HTTP2.PingTimeout != 15*time.Second:
@@ -215,9 +233,137 @@ func TestHTTPClientSettings(t *testing.T) {
 		t.Errorf("transport %+v, want client-go's timeouts", tr)
 	case tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || tr.TLSClientConfig.RootCAs == nil:
 		t.Errorf("TLS config %+v, want TLS 1.2 and the CA file", tr.TLSClientConfig)
-	case c1.http.Transport == c2.http.Transport:
-		t.Error("two clients share a transport")
 	}
+}
+
+// testCA returns a new CA, as PEM, and a serving certificate for 127.0.0.1
+// that it signs.
+func testCA(t *testing.T) ([]byte, tls.Certificate) {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	create := func(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) []byte {
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	now := time.Now()
+	caKey, leafKey := key(), key()
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER := create(ca, ca, &caKey.PublicKey, caKey)
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	leafDER := create(leaf, ca, &leafKey.PublicKey, caKey)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
+}
+
+// newRotatingFakeAPI starts a TLS fake whose certificate, signed by a CA of
+// its own, can be changed (rotate) while it runs.
+func newRotatingFakeAPI(t *testing.T) (f *fakeAPI, caPEM []byte, rotate func() (newCAPEM []byte)) {
+	caPEM, cert := testCA(t)
+	var served atomic.Pointer[tls.Certificate]
+	served.Store(&cert)
+	f = newFake(t)
+	f.EnableHTTP2 = true
+	f.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return &tls.Config{Certificates: []tls.Certificate{*served.Load()}, NextProtos: []string{"h2", "http/1.1"}}, nil
+	}}
+	f.StartTLS()
+	return f, caPEM, func() []byte {
+		newCA, newCert := testCA(t)
+		served.Store(&newCert)
+		f.CloseClientConnections()
+		return newCA
+	}
+}
+
+// The CA file is read again every caReadPeriod, and a changed CA moves new
+// requests to a transport that trusts it, with the same settings. A file
+// that cannot be read or parsed keeps the last good CA.
+func TestCAFileRotation(t *testing.T) {
+	f, caA, rotate := newRotatingFakeAPI(t)
+	k := &kubeletDir{t: t, dir: t.TempDir()}
+	k.write(map[string]string{"ca.crt": string(caA)})
+	o := clientOptions(t, f, "")
+	o.caFile = filepath.Join(k.dir, "ca.crt")
+	log := &recLogger{t: t}
+	c, err := newClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.log = log
+	defer c.close()
+	listSlices(t, c)
+	first := c.ca.transport()
+	age := func() { // the period passes
+		c.ca.mu.Lock()
+		c.ca.readAt = c.ca.readAt.Add(-caReadPeriod)
+		c.ca.mu.Unlock()
+	}
+
+	for _, bad := range []string{"not a certificate", ""} {
+		k.write(map[string]string{"ca.crt": bad})
+		age()
+		if c.ca.transport() != first {
+			t.Fatalf("CA file %q replaced the transport", bad)
+		}
+	}
+	if !log.has("keeping the API server CA") {
+		t.Error("a bad CA file was not logged")
+	}
+	listSlices(t, c)
+
+	caB := rotate()
+	k.write(map[string]string{"ca.crt": string(caB)})
+	if c.ca.transport() != first {
+		t.Fatal("the CA file was read again within the period")
+	}
+	age()
+	second := c.ca.transport()
+	if second == first {
+		t.Fatal("a new CA after the period did not replace the transport")
+	}
+	checkTransport(t, second)
+	if !log.has("CA in " + o.caFile + " changed") {
+		t.Error("the CA change was not logged")
+	}
+	listSlices(t, c)
+	if caReadPeriod != 5*time.Minute {
+		t.Errorf("caReadPeriod = %v, want client-go's 5 minutes", caReadPeriod)
+	}
+}
+
+// The API server's CA rotates as the kubelet updates ca.crt (a symlink swap)
+// and the server moves to a certificate of the new CA, breaking connections.
+// The watch's next connection fails verification, which reads the CA file
+// again at once rather than after the period, and the watch goes on.
+func TestCARotationMidWatch(t *testing.T) {
+	f, caA, rotate := newRotatingFakeAPI(t)
+	k := &kubeletDir{t: t, dir: t.TempDir()}
+	k.write(map[string]string{"ca.crt": string(caA)})
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	ss := start(t, f, WithCAFile(filepath.Join(k.dir, "ca.crt")))
+	f.waitWatch(1)
+
+	k.write(map[string]string{"ca.crt": string(rotate())})
+	f.waitWatch(2).apply("MODIFIED", v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")))
+	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
 }
 
 // WithHTTPClient's client is used as it is, with the bearer token added.

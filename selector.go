@@ -362,8 +362,10 @@ func WithTokenFile(path string) Option {
 }
 
 // WithCAFile sets the PEM file of the certificate authorities that sign the
-// API server's certificate. In a pod the default is the service account CA;
-// outside one, the system roots.
+// API server's certificate. The file is read again every 5 minutes and when
+// the server's certificate fails verification, so a rotated CA is picked up.
+// In a pod the default is the service account CA; outside one, the system
+// roots.
 func WithCAFile(path string) Option {
 	return func(o *options) { o.caFile = path }
 }
