@@ -270,7 +270,7 @@ func benchSummary(w io.Writer, files []string) ([]reportGoal, error) {
 // pickTable compares ours with gomemcache per size, mode and CPU count.
 func (res benchResults) pickTable(w io.Writer) []reportGoal {
 	fmt.Fprintf(w, "### PickServer: ours against gomemcache's ServerList\n\n")
-	fmt.Fprintf(w, "Median of the runs (n = runs per row). Serial is one goroutine on 1 CPU; parallel is b.RunParallel with one goroutine per CPU (-cpu 1,2), so its ns/op is wall time per operation across all CPUs. Both selectors are called through the memcache.ServerSelector interface, as memcache.Client calls them. Keys: %d fixed keys such as %q, cycled, the same for both; servers 10.0.0.1:11211 and up.\n\n", len(benchKeys), benchKeys[0])
+	fmt.Fprintf(w, "Median of the runs (n = runs per row). make bench runs every benchmark once per round and repeats the rounds, so ours and gomemcache are measured seconds apart and other work on the machine slows both alike. Serial is one goroutine on 1 CPU; parallel is b.RunParallel with one goroutine per CPU (-cpu 1,2), so its ns/op is wall time per operation across all CPUs. Both selectors are called through the memcache.ServerSelector interface, as memcache.Client calls them. Keys: %d fixed keys such as %q, cycled, the same for both; servers 10.0.0.1:11211 and up.\n\n", len(benchKeys), benchKeys[0])
 	var rows [][]string
 	worstRatio, worstAt := 0.0, ""
 	maxAllocs := 0.0
