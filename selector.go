@@ -147,8 +147,8 @@ func (ss *ServerList) SetServers(servers ...string) error {
 // update publishes a ring over ms and reports which server addresses it
 // added and removed. It reuses the previous ring's address values, so that
 // PickServer returns the same net.Addr for a server across changes (gomemcache
-// batches GetMulti by net.Addr), and the previous ring's points when only
-// addresses changed.
+// batches GetMulti by net.Addr), and the previous ring's points: all of them
+// when only addresses changed, else those of the members that stay.
 func (ss *ServerList) update(ms []member) (added, removed []string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
