@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,6 +198,53 @@ func TestFaultCompaction(t *testing.T) {
 	}
 	if !relisted {
 		t.Errorf("no LIST after the 410")
+	}
+}
+
+// Scenario 9d: the API server's CA rotates. An API server of the test's own
+// (the controller manager does not use it) restarts with a new self-signed
+// certificate, which is the CA file the library reads. Its next connection
+// fails verification, the library reads the CA file again at once, and
+// changes reach the ring as before.
+func TestFaultCARotation(t *testing.T) {
+	e := newEnv(t)
+	pods := e.runPods(0, 3, podOpts{noProcess: true})
+	as, err := cp.StartAPIServer(e.ctx, "kube-apiserver-rotating", 6446)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { as.Proc.Stop(10 * time.Second) })
+	l, err := e.newLibWith(libConfig{url: as.URL, caFile: as.CAFile, tokenFile: e.tokenFile}, serviceName+":11211")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.waitServers(t, addrs(pods, 11211), 10*time.Second)
+
+	oldCA, err := os.ReadFile(as.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := as.RestartWithNewCA(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := os.ReadFile(as.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(oldCA, newCA) {
+		t.Fatal("the API server kept its certificate")
+	}
+	t.Logf("%s restarted with a new CA in %v", as.Name, time.Since(start).Round(time.Millisecond))
+	l.holdsFor(t, addrs(pods, 11211), time.Second)
+
+	if err := pods[0].SetReady(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	d := l.waitServers(t, addrs(pods[1:], 11211), 30*time.Second)
+	t.Logf("a change after the CA rotation reached the ring in %v", d.Round(time.Millisecond))
+	if !slices.ContainsFunc(l.log.messages(), func(m string) bool { return strings.Contains(m, "CA in "+as.CAFile+" changed") }) {
+		t.Errorf("the library did not log the new CA")
 	}
 }
 

@@ -260,6 +260,20 @@ func (as *APIServer) Start(ctx context.Context) error {
 // Kill kills the API server with SIGKILL, as a crash would.
 func (as *APIServer) Kill() { as.Proc.Kill() }
 
+// RestartWithNewCA kills the API server, removes its self-signed serving
+// certificate and starts it again: it makes a new one, so CAFile holds a new
+// CA, as when a cluster's CA is rotated. (SIGTERM would wait out its
+// graceful shutdown, which only makes the test slower.)
+func (as *APIServer) RestartWithNewCA(ctx context.Context) error {
+	as.Proc.Kill()
+	for _, f := range []string{as.CAFile, filepath.Join(filepath.Dir(as.CAFile), "apiserver.key")} {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	return as.Start(ctx)
+}
+
 func (as *APIServer) ready() error {
 	ca, err := os.ReadFile(as.CAFile)
 	if err != nil {
