@@ -204,6 +204,7 @@ func newHTTPClient(caPath string, cs *conns, c *client) (*http.Client, *caTransp
 	return &http.Client{Transport: ca}, ca, nil
 }
 
+// certPool returns the certificates of pem, read from the CA file at path.
 func certPool(path string, pem []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
@@ -213,12 +214,12 @@ func certPool(path string, pem []byte) (*x509.CertPool, error) {
 }
 
 // caTransport sends requests through a transport that trusts the CA in a
-// file, and follows the file as client-go does (ClientsAllowCARotation):
-// read again when five minutes old, or at once after a certificate the CA
-// does not verify (see expire), a changed CA moves new requests to a clone
-// of the transport that trusts it. Requests under way, such as a watch, keep
-// their connection. A file that cannot be read or parsed keeps the last
-// good CA.
+// file, and follows the file as client-go does (ClientsAllowCARotation). The
+// file is read again when five minutes old, or at once after a certificate
+// the CA does not verify (see expire); a changed CA moves new requests to a
+// clone of the transport that trusts it. Requests under way, such as a
+// watch, keep their connection. A file that cannot be read or parsed keeps
+// the last good CA.
 type caTransport struct {
 	path   string
 	client *client // for its log
