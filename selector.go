@@ -169,10 +169,11 @@ func (ss *ServerList) update(ms []member) (added, removed []string) {
 	}
 
 	var r *ring
+	sameIDs := old.sameIDs(ms)
 	switch {
-	case old.sameIDs(ms) && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr }):
+	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr }):
 		return nil, nil
-	case old.sameIDs(ms):
+	case sameIDs:
 		r = old.withMembers(ms)
 	default:
 		r = old.rebuild(ms, ss.pointsPerServer())

@@ -151,18 +151,18 @@ func (w *watcher) run(ctx context.Context, synced chan<- error) {
 }
 
 // fail logs err and sleeps the next backoff interval, or until ctx is done.
-// The members stay as they are: an error never empties the ring.
+// The members stay as they are: an error never empties the ring. Every
+// error backs off alike, a 403 after the first sync included: a restarting
+// API server answers 403 until its RBAC caches fill.
 func (w *watcher) fail(ctx context.Context, b *backoff, err error) {
 	if ctx.Err() != nil {
 		return // err is the cancellation: keep the last real error for NewServerList
 	}
 	w.lastErr = err
 	d := b.next()
-	// A 403 after the first sync backs off like any error, not at the cap:
-	// a restarting API server answers 403 until its RBAC caches fill.
 	var e *APIError
 	if errors.As(err, &e) {
-		d = max(d, e.retryAfter)
+		d = max(d, e.retryAfter) // the server's Retry-After is a floor
 	}
 	w.log.Errorf("selector: %s: %v; retrying in %v, keeping %d servers", w.t, err, d.Round(time.Millisecond), len(w.published))
 	t := time.NewTimer(d)

@@ -126,12 +126,35 @@ func start(t *testing.T, f *fakeAPI, opts ...Option) *ServerList {
 	return ss
 }
 
-func addrs(ss *ServerList) []string {
-	var as []string
-	for _, a := range ss.Servers() {
-		as = append(as, a.String())
+func addrs(ss *ServerList) []string { return addrStrings(ss.Servers()) }
+
+// changeLog records the server sets that WithOnChange reports.
+type changeLog struct {
+	mu   sync.Mutex
+	sets [][]string
+}
+
+func (c *changeLog) option() Option {
+	return WithOnChange(func(s []net.Addr) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sets = append(c.sets, addrStrings(s))
+	})
+}
+
+func (c *changeLog) all() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sets)
+}
+
+// last returns the last set reported, or nil.
+func (c *changeLog) last() []string {
+	all := c.all()
+	if len(all) == 0 {
+		return nil
 	}
-	return as
+	return all[len(all)-1]
 }
 
 // servers turns "10.0.0.1" into "10.0.0.1:11211".
@@ -430,20 +453,10 @@ func TestDeadStreamTimesOut(t *testing.T) {
 // A; it must never leave the ring.
 func TestEndpointMovesBetweenSlices(t *testing.T) {
 	f := newFakeAPI(t)
-	var mu sync.Mutex
-	var sets [][]string
-	onChange := WithOnChange(func(s []net.Addr) {
-		mu.Lock()
-		defer mu.Unlock()
-		var set []string
-		for _, a := range s {
-			set = append(set, a.String())
-		}
-		sets = append(sets, set)
-	})
+	var changes changeLog
 	a, b := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")), v4("memcache-b", ep("10.0.0.3"))
 	f.put(a, b)
-	ss := start(t, f, onChange)
+	ss := start(t, f, changes.option())
 	w := f.waitWatch(1)
 	all := hostports("10.0.0.1", "10.0.0.2", "10.0.0.3")
 
@@ -457,9 +470,7 @@ func TestEndpointMovesBetweenSlices(t *testing.T) {
 	barrier(t, w, ss)
 	checkServers(t, ss, all...)
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, set := range sets {
+	for _, set := range changes.all() {
 		if !slices.Contains(set, "10.0.0.2:11211") {
 			t.Errorf("10.0.0.2 left the ring: servers %v", set)
 		}
@@ -1151,25 +1162,9 @@ func TestWatchOutlivesContext(t *testing.T) {
 func TestOnChange(t *testing.T) {
 	f := newFakeAPI(t)
 	f.put(v4("memcache-a", ep("10.0.0.3"), ep("10.0.0.10"), ep("10.0.0.2")))
-	var mu sync.Mutex
-	var calls [][]string
-	ss := start(t, f, WithOnChange(func(s []net.Addr) {
-		mu.Lock()
-		defer mu.Unlock()
-		var set []string
-		for _, a := range s {
-			set = append(set, a.String())
-		}
-		calls = append(calls, set)
-	}))
-	last := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(calls) == 0 {
-			return nil
-		}
-		return calls[len(calls)-1]
-	}
+	var changes changeLog
+	ss := start(t, f, changes.option())
+	last := changes.last
 	// Sorted as strings, as Servers sorts them.
 	want := []string{"10.0.0.10:11211", "10.0.0.2:11211", "10.0.0.3:11211"}
 	eventually(t, "the first set", func() bool { return slices.Equal(last(), want) })
@@ -1178,9 +1173,7 @@ func TestOnChange(t *testing.T) {
 	want = []string{"10.0.0.10:11211", "10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"}
 	eventually(t, fmt.Sprintf("the set %v (have %v)", want, last()), func() bool { return slices.Equal(last(), want) })
 	checkServers(t, ss, want...)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, c := range calls {
+	for _, c := range changes.all() {
 		if !slices.IsSorted(c) {
 			t.Errorf("OnChange got unsorted servers %v", c)
 		}

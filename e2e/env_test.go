@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,11 +17,8 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	selector "github.com/kubecache/k8s-memcache-selector"
 	"github.com/kubecache/k8s-memcache-selector/e2e/internal/cluster"
@@ -37,66 +31,39 @@ const (
 	appLabel    = "memcache"
 )
 
-// manifests are the objects of examples/kubernetes/rbac.yaml and service.yaml.
-type manifests struct {
-	ServiceAccount *corev1.ServiceAccount
-	Role           *rbacv1.Role
-	RoleBinding    *rbacv1.RoleBinding
-	Service        *corev1.Service
-}
-
-// loadManifests parses the example manifests (not copies of them) into
-// typed objects.
-func loadManifests(t *testing.T) manifests {
+// loadManifests parses the example manifests (not copies of them).
+func loadManifests(t *testing.T) *cluster.Manifests {
 	t.Helper()
-	var m manifests
-	for _, file := range []string{"rbac.yaml", "service.yaml"} {
-		path := filepath.Join(*manifestsDir, file)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &tm); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			var obj any
-			switch tm.Kind {
-			case "": // only comments
-				continue
-			case "ServiceAccount":
-				m.ServiceAccount = &corev1.ServiceAccount{}
-				obj = m.ServiceAccount
-			case "Role":
-				m.Role = &rbacv1.Role{}
-				obj = m.Role
-			case "RoleBinding":
-				m.RoleBinding = &rbacv1.RoleBinding{}
-				obj = m.RoleBinding
-			case "Service":
-				m.Service = &corev1.Service{}
-				obj = m.Service
-			default:
-				t.Fatalf("%s: unexpected kind %q", path, tm.Kind)
-			}
-			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-				t.Fatalf("%s: %s: %v", path, tm.Kind, err)
-			}
-		}
-	}
-	if m.ServiceAccount == nil || m.Role == nil || m.RoleBinding == nil || m.Service == nil {
-		t.Fatalf("examples/kubernetes: want a ServiceAccount, Role, RoleBinding and Service, got %+v", m)
+	m, err := cluster.LoadManifests(*manifestsDir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return m
+}
+
+// extraAPIServer is an API server besides the primary, on the same etcd,
+// that some tests share. It starts on first use and stops with the control
+// plane.
+type extraAPIServer struct {
+	desc  string // its name and flags, for the log
+	start func() (*cluster.APIServer, error)
+
+	once sync.Once
+	as   *cluster.APIServer
+	err  error
+}
+
+func (x *extraAPIServer) get(t *testing.T) *cluster.APIServer {
+	t.Helper()
+	x.once.Do(func() {
+		start := time.Now()
+		x.as, x.err = x.start()
+		t.Logf("started %s in %v", x.desc, time.Since(start).Round(time.Millisecond))
+	})
+	if x.err != nil {
+		t.Fatal(x.err)
+	}
+	return x.as
 }
 
 // env is one test's namespace: the example Service and RBAC applied, a token
@@ -111,7 +78,7 @@ type env struct {
 type envState struct {
 	ns        string
 	client    kubernetes.Interface
-	m         manifests
+	m         *cluster.Manifests
 	tokenFile string
 
 	mu   sync.Mutex
@@ -161,21 +128,7 @@ func (e *env) createNamespace(ns string) {
 // Service in ns, as they are (kubectl apply -n ns -f).
 func (e *env) applyManifests(ns string) {
 	e.t.Helper()
-	ctx := context.Background()
-	m := e.m
-	sa, role, rb, svc := m.ServiceAccount.DeepCopy(), m.Role.DeepCopy(), m.RoleBinding.DeepCopy(), m.Service.DeepCopy()
-	sa.Namespace, role.Namespace, rb.Namespace, svc.Namespace = ns, ns, ns, ns
-	var err error
-	if _, err = e.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err = e.client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err = e.client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err = e.client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if err := e.m.Apply(context.Background(), e.client, ns); err != nil {
 		e.t.Fatal(err)
 	}
 }

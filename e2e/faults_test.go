@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +21,10 @@ import (
 )
 
 // A second API server on the same etcd, without the watch cache, so that a
-// watch from an old resourceVersion reaches etcd (and its compaction). It
-// starts on first use and stops with the control plane.
-var (
-	noCacheOnce sync.Once
-	noCache     *cluster.APIServer
-	noCacheErr  error
-)
-
-func noCacheAPIServer(t *testing.T) *cluster.APIServer {
-	t.Helper()
-	noCacheOnce.Do(func() {
-		start := time.Now()
-		noCache, noCacheErr = cp.StartAPIServer(context.Background(), "kube-apiserver-nocache", 6444, "--watch-cache=false")
-		t.Logf("started %s in %v", "kube-apiserver-nocache --watch-cache=false", time.Since(start).Round(time.Millisecond))
-	})
-	if noCacheErr != nil {
-		t.Fatal(noCacheErr)
-	}
-	return noCache
-}
+// watch from an old resourceVersion reaches etcd (and its compaction).
+var noCache = &extraAPIServer{desc: "kube-apiserver-nocache --watch-cache=false", start: func() (*cluster.APIServer, error) {
+	return cp.StartAPIServer(context.Background(), "kube-apiserver-nocache", 6444, "--watch-cache=false")
+}}
 
 // Scenario 9a: the API server the library watches is killed (SIGKILL) and
 // restarted. Meanwhile the ring keeps its members and traffic flows; pod
@@ -53,7 +36,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	l := e.mustLib(serviceName + ":11211")
 	l.waitServers(t, addrs(pods, 11211), 10*time.Second)
 	c := newClient(l)
-	other, err := kubernetes.NewForConfig(cp.AdminConfig(noCacheAPIServer(t)))
+	other, err := kubernetes.NewForConfig(cp.AdminConfig(noCache.get(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +116,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 func TestFaultCompaction(t *testing.T) {
 	e := newEnv(t)
 	pods := e.runPods(0, 3, podOpts{noProcess: true})
-	proxy, err := cluster.NewProxy(noCacheAPIServer(t), t.TempDir())
+	proxy, err := cluster.NewProxy(noCache.get(t), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

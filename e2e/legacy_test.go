@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,25 +10,10 @@ import (
 )
 
 // An API server on the same etcd that does not serve discovery.k8s.io/v1,
-// like clusters older than EndpointSlices; started on first use.
-var (
-	noSlicesOnce sync.Once
-	noSlices     *cluster.APIServer
-	noSlicesErr  error
-)
-
-func noSlicesAPIServer(t *testing.T) *cluster.APIServer {
-	t.Helper()
-	noSlicesOnce.Do(func() {
-		start := time.Now()
-		noSlices, noSlicesErr = cp.StartAPIServerWithoutSlices(context.Background(), "kube-apiserver-noslices", 6445)
-		t.Logf("started kube-apiserver-noslices --runtime-config=discovery.k8s.io/v1=false in %v", time.Since(start).Round(time.Millisecond))
-	})
-	if noSlicesErr != nil {
-		t.Fatal(noSlicesErr)
-	}
-	return noSlices
-}
+// like clusters older than EndpointSlices.
+var noSlices = &extraAPIServer{desc: "kube-apiserver-noslices --runtime-config=discovery.k8s.io/v1=false", start: func() (*cluster.APIServer, error) {
+	return cp.StartAPIServerWithoutSlices(context.Background(), "kube-apiserver-noslices", 6445)
+}}
 
 // Scenario 10: the legacy core/v1 Endpoints path. Forced with
 // WithLegacyEndpoints against the same API server, and chosen automatically
@@ -43,7 +27,7 @@ func TestLegacyEndpoints(t *testing.T) {
 	}{
 		{"WithLegacyEndpoints", (*env).defaultConfig, []selector.Option{selector.WithLegacyEndpoints()}},
 		{"automatic fallback", func(e *env) libConfig {
-			as := noSlicesAPIServer(e.t)
+			as := noSlices.get(e.t)
 			return libConfig{url: as.URL, caFile: as.CAFile, tokenFile: e.tokenFile}
 		}, nil},
 	}

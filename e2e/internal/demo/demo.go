@@ -154,35 +154,18 @@ func (s *control) setup(ctx context.Context) (string, error) {
 	if err := cluster.CreateNamespace(ctx, c.Client, c.Namespace); err != nil {
 		return "", err
 	}
-	var sa string
-	for _, file := range []string{"rbac.yaml", "service.yaml"} {
-		created, err := cluster.ApplyFile(ctx, c.Client, c.Namespace, filepath.Join(c.Manifests, file))
-		if err != nil {
-			return "", err
-		}
-		for _, obj := range created {
-			kind, name, _ := strings.Cut(obj, "/")
-			switch kind {
-			case "ServiceAccount":
-				sa = name
-			case "Service":
-				s.service = name
-			}
-		}
-		label := ""
-		if file == "rbac.yaml" {
-			label = "namespace " + c.Namespace
-		}
-		fmt.Fprintf(c.Out, "  %-15s examples/kubernetes/%s: %s\n", label, file, describe(created))
-	}
-	if sa == "" || s.service == "" {
-		return "", errors.New("the example manifests have no ServiceAccount or no Service")
-	}
-	svc, err := c.Client.CoreV1().Services(c.Namespace).Get(ctx, s.service, metav1.GetOptions{})
+	m, err := cluster.LoadManifests(c.Manifests)
 	if err != nil {
 		return "", err
 	}
-	s.labels = svc.Spec.Selector
+	if err := m.Apply(ctx, c.Client, c.Namespace); err != nil {
+		return "", err
+	}
+	sa := m.ServiceAccount.Name
+	s.service, s.labels = m.Service.Name, m.Service.Spec.Selector
+	fmt.Fprintf(c.Out, "  %-15s examples/kubernetes/rbac.yaml: %s\n", "namespace "+c.Namespace,
+		describe("ServiceAccount/"+sa, "Role/"+m.Role.Name, "RoleBinding/"+m.RoleBinding.Name))
+	fmt.Fprintf(c.Out, "  %-15s examples/kubernetes/service.yaml: %s\n", "", describe("Service/"+s.service))
 	if err := cluster.WriteToken(ctx, c.Client, c.Namespace, sa, filepath.Join(c.Dir, "token")); err != nil {
 		return "", err
 	}
@@ -198,7 +181,7 @@ func (s *control) setup(ctx context.Context) (string, error) {
 
 // describe lists objects ("Kind/name") as "Kind, Kind name" when they
 // share a name, as the ServiceAccount, Role and RoleBinding of rbac.yaml do.
-func describe(objs []string) string {
+func describe(objs ...string) string {
 	var kinds []string
 	names := map[string]bool{}
 	var name string
