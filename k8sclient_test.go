@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -27,8 +26,8 @@ import (
 )
 
 // clientOptions configures a client for f, as NewServerList would.
-func clientOptions(t *testing.T, f *fakeAPI, tokenFile string) options {
-	return options{apiServer: f.URL, caFile: f.caFile, tokenFile: tokenFile, getenv: func(string) string { return "" }, saDir: t.TempDir()}
+func clientOptions(t *testing.T, f *fakeAPI, tokenFile string) clientConfig {
+	return clientConfig{server: f.URL, caFile: f.caFile, tokenFile: tokenFile, log: testLog(&recLogger{t: t})}
 }
 
 // listSlices lists the memcache slices through c.
@@ -186,7 +185,11 @@ func TestInClusterURL(t *testing.T) {
 	}
 	for host, want := range map[string]string{"10.96.0.1": "https://10.96.0.1:443", "fd00::1": "https://[fd00::1]:443"} {
 		env := map[string]string{"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "443"}
-		c, err := newClient(options{getenv: func(k string) string { return env[k] }, saDir: sa})
+		cfg, err := options{getenv: func(k string) string { return env[k] }, saDir: sa}.clientConfig(testLog(&recLogger{t: t}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := newClient(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,11 +306,11 @@ func TestCAFileRotation(t *testing.T) {
 	o := clientOptions(t, f, "")
 	o.caFile = filepath.Join(k.dir, "ca.crt")
 	log := &recLogger{t: t}
+	o.log = testLog(log)
 	c, err := newClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.log = log
 	defer c.close()
 	listSlices(t, c)
 	first := c.ca.transport()
@@ -340,7 +343,7 @@ func TestCAFileRotation(t *testing.T) {
 		t.Fatal("a new CA after the period did not replace the transport")
 	}
 	checkTransport(t, second)
-	if !log.has("CA in " + o.caFile + " changed") {
+	if !log.has("the API server CA changed; new connections trust it") || !log.has("file="+o.caFile) {
 		t.Error("the CA change was not logged")
 	}
 	listSlices(t, c)
@@ -486,7 +489,7 @@ func TestWatchStreamNext(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := io.NopCloser(strings.NewReader(tc.body))
-			s := &watchStream{body: body, dec: json.NewDecoder(body)}
+			s := newWatchStream(body)
 			if ev, err := s.next(); err != nil || ev.Type != "ADDED" {
 				t.Fatalf("first event %+v, %v", ev, err)
 			}

@@ -71,6 +71,7 @@ const (
 	maxTable      = 1 << 21    // buckets the table aims at, at most: 8 MB
 	sortGroupBits = 8          // the sort's first round makes 2^8 groups
 	maxPoints     = 100000     // per member; keeps point indexes below direct
+	maxMembers    = 10000      // per ring, so that a broken API server cannot exhaust memory
 	gone          = ^uint32(0) // in merge, the new index of a member that left
 )
 

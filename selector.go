@@ -39,15 +39,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/cespare/xxhash/v2"
@@ -77,9 +72,13 @@ type ServerList struct {
 	mu     sync.Mutex // serializes writers (SetServers and discovery)
 	points int        // points per member; 0 means DefaultPointsPerServer
 
-	changed chan struct{} // discovery: signals the change hook, coalesced
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	// Discovery, set by NewServerList.
+	w          *watcher      // for Stats
+	discovered bool          // discovery has published a set; used by its goroutine only
+	changed    chan struct{} // signals the change hook, coalesced
+	nonEmpty   chan struct{} // closed once there is a server
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // PickServer returns the server that owns key. It does not allocate or lock.
@@ -140,6 +139,9 @@ func (ss *ServerList) SetServers(servers ...string) error {
 		}
 		ms = append(ms, member{id: s, addr: newStaticAddr(a)})
 	}
+	if len(ms) > maxMembers {
+		return fmt.Errorf("selector: SetServers: %d servers, more than a ring takes (%d)", len(ms), maxMembers)
+	}
 	ss.update(ms)
 	return nil
 }
@@ -195,12 +197,6 @@ func (ss *ServerList) update(ms []member) (added, removed []string) {
 		}
 	}
 	slices.Sort(removed)
-	if ss.changed != nil {
-		select {
-		case ss.changed <- struct{}{}:
-		default: // a notification is already pending; it will see this ring
-		}
-	}
 	return added, removed
 }
 
@@ -222,72 +218,106 @@ func (ss *ServerList) pointsPerServer() int {
 // service account's namespace file, then "default").
 //
 // NewServerList returns once it has listed the endpoints and started the
-// watch; ctx bounds only that, not the watch. It fails fast on a bad address,
-// on missing credentials and on an API error that waiting will not fix, such
-// as a Role without list or watch (an *APIError); it retries an unreachable
-// or failing API server until ctx is done. A Service with no ready endpoints
-// yet is not an error: PickServer returns ErrNoServers until it has some.
+// watch; ctx bounds only that, not the watch, so give it a deadline. It fails
+// fast on a bad address or option, on missing credentials, on an API server
+// certificate that the CA does not verify, and on an API error that waiting
+// will not fix, such as a Role without list or watch (an *APIError) or a port
+// that the Service does not have (ErrNoPort); it retries an unreachable or
+// failing API server until ctx is done.
+//
+// A Service with no ready endpoints yet is not an error: PickServer returns
+// ErrNoServers until it has some, and a Service without EndpointSlices (a
+// misspelt name, or a Service without a selector) is logged as a warning.
+// WithWaitForServers makes NewServerList wait for a server instead.
 //
 // Without WithAPIServer it uses the in-cluster configuration: the
 // KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT variables and the pod's
 // service account token and CA.
 func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList, error) {
-	o := options{log: slogLogger{slog.Default()}, getenv: os.Getenv, saDir: serviceAccountDir}
-	for _, f := range opt {
-		f(&o)
+	ss, err := startDiscovery(ctx, addr, opt)
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
 	}
-	t, err := parseTarget(addr, o)
+	return ss, nil
+}
+
+func startDiscovery(ctx context.Context, addr string, opt []Option) (*ServerList, error) {
+	o, err := newOptions(opt)
 	if err != nil {
 		return nil, err
 	}
-	if o.points < 0 || o.points > maxPoints {
-		return nil, fmt.Errorf("selector: WithPointsPerServer(%d): want 1 to %d", o.points, maxPoints)
-	}
-	c, err := newClient(o)
+	t, err := parseTarget(addr, o.getenv, o.saDir)
 	if err != nil {
 		return nil, err
 	}
-	lg := newLimitedLogger(o.log, time.Minute)
-	c.log = lg
-	ss := &ServerList{points: o.points}
-	w := newWatcher(c, t, o, lg, func(ms []member) {
-		added, removed := ss.update(ms)
-		if added != nil || removed != nil {
-			var change []string
-			for _, a := range added {
-				change = append(change, "+"+a)
-			}
-			for _, a := range removed {
-				change = append(change, "-"+a)
-			}
-			lg.Infof("selector: %s: %d servers (%s)", t, len(ss.Servers()), strings.Join(change, " "))
-		}
-	})
+	log := newLog(o.log, t)
+	cfg, err := o.clientConfig(log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ss := &ServerList{points: o.points, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
+	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log,
+		publish: func(ms []member) { ss.publish(ms, log) }})
 
 	// The watch outlives ctx: it keeps ctx's values but not its cancellation
 	// or deadline, and stops on Close.
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ss.stop = cancel
 	if o.onChange != nil {
-		ss.changed = make(chan struct{}, 1)
 		ss.wg.Go(func() { ss.notify(bg, o.onChange) })
 	}
-	synced := make(chan error, 1)
-	ss.wg.Go(func() { w.run(bg, synced) })
+	ready := make(chan error, 1)
+	ss.wg.Go(func() { ss.w.run(bg, ready) })
 
 	select {
-	case err = <-synced:
+	case err = <-ready:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	if err == nil && o.waitReady {
+		select {
+		case <-ss.nonEmpty:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: the Service has no ready endpoints (WithWaitForServers)", ctx.Err())
+		}
+	}
 	if err != nil {
 		ss.Close()
-		if last := w.lastErr; last != nil && !errors.Is(err, last) {
+		if last := ss.w.stats.get().LastError; last != nil && !errors.Is(err, last) {
 			err = fmt.Errorf("%w (last error: %w)", err, last)
 		}
-		return nil, fmt.Errorf("selector: discover %s: %w", t, err)
+		return nil, fmt.Errorf("discover %s: %w", t, err)
 	}
 	return ss, nil
+}
+
+// publish makes ms, from discovery, the servers, logs the change and signals
+// the change hook. The first set is always signalled, even if empty.
+func (ss *ServerList) publish(ms []member, log *slog.Logger) {
+	first := !ss.discovered
+	ss.discovered = true
+	added, removed := ss.update(ms)
+	n := len(ss.Servers())
+	if added != nil || removed != nil {
+		log.Info("servers changed", keyServers, n, keyAdded, added, keyRemoved, removed)
+	}
+	if n > 0 {
+		select {
+		case <-ss.nonEmpty:
+		default:
+			close(ss.nonEmpty)
+		}
+	}
+	if added != nil || removed != nil || first {
+		select {
+		case ss.changed <- struct{}{}:
+		default: // a notification is already pending; it will see these servers
+		}
+	}
 }
 
 // notify calls f with the current servers after every change, until ctx is
@@ -297,230 +327,44 @@ func (ss *ServerList) notify(ctx context.Context, f func([]net.Addr)) {
 	for {
 		select {
 		case <-ss.changed:
-			f(ss.Servers())
+			runCallback(func() { f(ss.Servers()) })
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
+// Stats returns the state of discovery. On a ServerList not made by
+// NewServerList it has only the servers.
+func (ss *ServerList) Stats() Stats {
+	var s Stats
+	if ss.w != nil {
+		s = ss.w.stats.get()
+	}
+	s.Servers = ss.Servers()
+	return s
+}
+
+// HasSynced reports whether discovery has listed the Service's endpoints and
+// is watching them, as client-go's informers do: true from NewServerList's
+// return on. A ServerList not made by NewServerList is always synced.
+func (ss *ServerList) HasSynced() bool {
+	return ss.w == nil || ss.w.stats.get().Synced
+}
+
 // Close stops discovery and returns after its goroutines have exited. The
 // servers stay as they were. Close is idempotent and always returns nil; on
 // a ServerList not made by NewServerList it does nothing.
+//
+// Close may be called from the WithOnChange function or from a Logger: it
+// then returns at once, and the goroutine that called it exits when the
+// callback returns.
 func (ss *ServerList) Close() error {
 	if ss.stop != nil {
 		ss.stop()
-		ss.wg.Wait()
+		if !inCallback() {
+			ss.wg.Wait()
+		}
 	}
 	return nil
-}
-
-// An Option configures NewServerList.
-type Option func(o *options)
-
-type options struct {
-	log        Logger
-	apiServer  string
-	tokenFile  string
-	caFile     string
-	httpClient *http.Client
-	points     int
-	onChange   func([]net.Addr)
-	legacy     bool
-	family     string
-
-	// Seams for tests.
-	getenv func(string) string
-	saDir  string
-	timing timing
-}
-
-// WithLogger sends the ServerList's logs to l. The default logs to
-// slog.Default(): server changes at info level, errors at error level with
-// repeats of the same error suppressed for a minute.
-func WithLogger(l Logger) Option {
-	return func(o *options) { o.log = l }
-}
-
-// WithSlog sends the ServerList's logs to l.
-func WithSlog(l *slog.Logger) Option {
-	return func(o *options) { o.log = slogLogger{l} }
-}
-
-// WithAPIServer sets the URL of the Kubernetes API server, such as
-// "https://203.0.113.7:6443", or "http://127.0.0.1:8001" for kubectl proxy.
-// With it, no in-cluster configuration is used: add WithTokenFile and
-// WithCAFile as the server needs.
-func WithAPIServer(url string) Option {
-	return func(o *options) { o.apiServer = url }
-}
-
-// WithTokenFile sets the file holding the bearer token for the API server.
-// The file is read again every minute and after a 401, so a rotated token
-// is picked up. In a pod the default is the service account token.
-func WithTokenFile(path string) Option {
-	return func(o *options) { o.tokenFile = path }
-}
-
-// WithCAFile sets the PEM file of the certificate authorities that sign the
-// API server's certificate. The file is read again every 5 minutes and when
-// the server's certificate fails verification, so a rotated CA is picked up.
-// In a pod the default is the service account CA; outside one, the system
-// roots.
-func WithCAFile(path string) Option {
-	return func(o *options) { o.caFile = path }
-}
-
-// WithHTTPClient sets the HTTP client for API requests, for TLS or proxy
-// settings of your own. Its Timeout must be zero, since watches are long
-// requests; the ServerList bounds each request itself. The bearer token is
-// still added from the token file. WithCAFile has no effect with it.
-func WithHTTPClient(c *http.Client) Option {
-	return func(o *options) { o.httpClient = c }
-}
-
-// WithPointsPerServer sets the number of ring points per server, from 1 to
-// 100,000; 0 means DefaultPointsPerServer. More points balance keys more
-// evenly and cost memory and rebuild time. Every process sharing a cache
-// must use the same value, or they will route keys differently.
-func WithPointsPerServer(n int) Option {
-	return func(o *options) { o.points = n }
-}
-
-// WithOnChange calls f with the sorted servers after each change, starting
-// with the first discovered set, from a goroutine of the ServerList's own.
-// Changes that come while f runs are coalesced into one call with the latest
-// set. Use it to log or export the server count.
-func WithOnChange(f func(servers []net.Addr)) Option {
-	return func(o *options) { o.onChange = f }
-}
-
-// WithLegacyEndpoints makes the ServerList watch the Service's core/v1
-// Endpoints instead of its EndpointSlices. It is only for API servers that do
-// not serve discovery.k8s.io/v1 (before Kubernetes 1.21), and NewServerList
-// falls back to Endpoints by itself there. It needs get, list and watch on
-// endpoints.
-func WithLegacyEndpoints() Option {
-	return func(o *options) { o.legacy = true }
-}
-
-// WithIPFamily picks the address family of the servers on a dual-stack
-// Service: "IPv4" or "IPv6". By default it is IPv4 when the Service has IPv4
-// endpoints and IPv6 otherwise.
-func WithIPFamily(family string) Option {
-	return func(o *options) { o.family = family }
-}
-
-// Logger receives the ServerList's logs. slog users can use WithSlog instead.
-type Logger interface {
-	Errorf(format string, args ...any)
-	Infof(format string, args ...any)
-}
-
-type slogLogger struct{ l *slog.Logger }
-
-func (s slogLogger) Errorf(format string, args ...any) { s.l.Error(fmt.Sprintf(format, args...)) }
-func (s slogLogger) Infof(format string, args ...any)  { s.l.Info(fmt.Sprintf(format, args...)) }
-
-// limitedLogger passes on at most one error per format string per period,
-// so an API server outage logs once a minute instead of once a retry.
-type limitedLogger struct {
-	Logger
-	period time.Duration
-
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-func newLimitedLogger(l Logger, period time.Duration) *limitedLogger {
-	return &limitedLogger{Logger: l, period: period, last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-func (l *limitedLogger) Errorf(format string, args ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.last[format]) < l.period {
-		l.held[format]++
-		l.mu.Unlock()
-		return
-	}
-	n := l.held[format]
-	l.last[format], l.held[format] = now, 0
-	l.mu.Unlock()
-	if n > 0 {
-		format += " (and %d more like it)"
-		args = append(args, n)
-	}
-	l.Logger.Errorf(format, args...)
-}
-
-// target is a parsed NewServerList address.
-type target struct {
-	service, namespace string
-	port               int    // the target port number, or 0 if portName is set
-	portName           string // the Service port name
-	addr               string // as given, for messages
-}
-
-func (t target) String() string { return t.addr }
-
-const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-var (
-	dns1035Label = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-)
-
-// parseTarget parses a NewServerList address. The namespace is the host's
-// second label; the third, if any, must be "svc" and the rest is the cluster
-// domain.
-func parseTarget(addr string, o options) (target, error) {
-	t := target{addr: addr}
-	bad := func(why string) error {
-		return fmt.Errorf("selector: bad address %q: %s; want service:port, service.namespace:port or service.namespace.svc.cluster.local:port, such as memcache-headless:11211", addr, why)
-	}
-	if strings.Contains(addr, "://") {
-		return t, bad("it is a URL")
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return t, bad(strings.TrimPrefix(err.Error(), "address "+addr+": "))
-	}
-	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
-	t.service = labels[0]
-	switch {
-	case host == "":
-		return t, bad("no service name")
-	case !dns1035Label.MatchString(t.service):
-		return t, bad(fmt.Sprintf("%q is not a Service name (lowercase letters, digits and '-', starting with a letter); for a fixed list of servers use SetServers", t.service))
-	case len(labels) > 1 && !dns1123Label.MatchString(labels[1]):
-		return t, bad(fmt.Sprintf("%q is not a namespace name", labels[1]))
-	case len(labels) > 2 && labels[2] != "svc":
-		return t, bad(fmt.Sprintf("the third label is %q, not svc", labels[2]))
-	}
-
-	if n, err := strconv.Atoi(port); err == nil {
-		if n < 1 || n > 65535 {
-			return t, bad(fmt.Sprintf("port %d is out of range 1-65535", n))
-		}
-		t.port = n
-	} else if dns1123Label.MatchString(port) {
-		t.portName = port
-	} else {
-		return t, bad(fmt.Sprintf("port %q is neither a number nor a Service port name", port))
-	}
-
-	switch {
-	case len(labels) > 1:
-		t.namespace = labels[1]
-	case o.getenv("POD_NAMESPACE") != "":
-		t.namespace = o.getenv("POD_NAMESPACE")
-	default:
-		t.namespace = "default"
-		if b, err := os.ReadFile(o.saDir + "/namespace"); err == nil && strings.TrimSpace(string(b)) != "" {
-			t.namespace = strings.TrimSpace(string(b))
-		}
-	}
-	return t, nil
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/assert"
@@ -312,7 +311,7 @@ func TestParseTarget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env["POD_NAMESPACE"] = tc.podNS
-			got, err := parseTarget(tc.addr, o)
+			got, err := parseTarget(tc.addr, o.getenv, o.saDir)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				require.ErrorContains(t, err, "want service:port")
@@ -342,31 +341,6 @@ func TestNewServerListBadInput(t *testing.T) {
 
 	_, err = NewServerList(t.Context(), "memcache:11211", WithAPIServer("https://127.0.0.1:1"), WithCAFile(t.TempDir()+"/missing.crt"))
 	require.ErrorContains(t, err, "read API server CA")
-}
-
-type recordingLogger struct {
-	mu     sync.Mutex
-	errors []string
-}
-
-func (l *recordingLogger) Errorf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errors = append(l.errors, fmt.Sprintf(format, args...))
-}
-
-func (l *recordingLogger) Infof(string, ...any) {}
-
-func TestLimitedLogger(t *testing.T) {
-	rec := &recordingLogger{}
-	l := newLimitedLogger(rec, 50*time.Millisecond)
-	for i := range 5 {
-		l.Errorf("list failed: %d", i)
-	}
-	l.Errorf("other: %d", 1)
-	time.Sleep(60 * time.Millisecond)
-	l.Errorf("list failed: %d", 9)
-	require.Equal(t, []string{"list failed: 0", "other: 1", "list failed: 9 (and 4 more like it)"}, rec.errors)
 }
 
 // TestREADMEProgram keeps the README's program the same as

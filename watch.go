@@ -1,20 +1,19 @@
 package selector
 
 import (
-	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -23,8 +22,9 @@ import (
 // EndpointSlices (or, on old clusters, its Endpoints). It follows client-go's
 // reflector: LIST, then WATCH from the list's resource version; resume after a
 // clean close; relist when the version has expired; back off with jitter
-// otherwise. State is kept per slice, because endpoints move between slices,
-// and the members are recomputed from all slices after every change.
+// otherwise. State is kept per slice, because endpoints move between slices;
+// the events that arrive together are applied together, then the members are
+// recomputed once.
 
 // timing holds the watch's durations; tests shorten them.
 type timing struct {
@@ -33,7 +33,7 @@ type timing struct {
 	backoffBase  time.Duration
 	backoffCap   time.Duration
 	backoffReset time.Duration // start over after this long without failures
-	shortWatch   time.Duration // a watch closed this fast with no events is an error
+	shortWatch   time.Duration // a watch that ends sooner is a failure
 }
 
 func defaultTiming() timing {
@@ -48,123 +48,173 @@ func defaultTiming() timing {
 	}
 }
 
-// watcher runs discovery for one Service. Its fields are used only by the
-// goroutine running run; lastErr may be read after run has returned.
-type watcher struct {
-	c       *client
-	t       target
-	legacy  bool
-	family  string
+// fallbackChecks is how many times in a row the API server must say that it
+// does not serve EndpointSlices before the watcher falls back to Endpoints,
+// so that an API server still starting up does not switch it for good.
+const fallbackChecks = 3
+
+// watchConfig is what a watcher needs: explicit values, not the options.
+type watchConfig struct {
+	target  target
+	legacy  bool   // watch core/v1 Endpoints from the start
+	family  string // "IPv4", "IPv6" or "" for either
 	timing  timing
-	log     Logger
-	publish func([]member)
+	log     *slog.Logger
+	publish func(ms []member) // the members after a change, and after the first list
+}
+
+// phase is where a watcher is in its life.
+type phase int
+
+const (
+	starting phase = iota // before the first sync: fatal errors end NewServerList
+	synced                // listed and watching: every error is retried
+)
+
+// watcher runs discovery for one Service. Its fields are used only by the
+// goroutine running run, but for stats, which has its own lock.
+type watcher struct {
+	watchConfig
+	c      *client
+	dec    decoder
+	phase  phase
+	stats  stats
+	warned bool // about a Service without EndpointSlices
 
 	slices    map[string][]member // eligible members per slice (or Endpoints) name
 	rv        string              // the last resource version seen
-	mismatch  string              // why the last slice with endpoints had no matching port
-	published []member            // the members last published, canonical
-	lastErr   error
+	listRV    string              // the resource version of the next LIST
+	needList  bool
+	lists     int // successful LISTs
+	expiries  int // expired lists and watches in a row
+	notServed int // answers in a row that discovery.k8s.io/v1 is not served
+	published []member
+	backoff   backoff
 }
 
-func newWatcher(c *client, t target, o options, log Logger, publish func([]member)) *watcher {
-	tm := o.timing
-	if tm.watchTimeout == nil {
-		tm = defaultTiming()
+func newWatcher(c *client, cfg watchConfig) *watcher {
+	if cfg.timing.watchTimeout == nil {
+		cfg.timing = defaultTiming()
 	}
-	return &watcher{c: c, t: t, legacy: o.legacy, family: o.family, timing: tm, log: log, publish: publish}
+	return &watcher{
+		watchConfig: cfg, c: c, dec: decoder{t: cfg.target, legacy: cfg.legacy},
+		listRV:   "0", // the first list may come from the API server's cache
+		needList: true, backoff: backoff{timing: cfg.timing},
+	}
 }
 
-// errShortWatch is a watch that closed at once with no events, which, if
-// resumed at once, would hammer the API server.
-var errShortWatch = errors.New("watch closed immediately with no events")
+// verdict is what the watcher does after a LIST or a WATCH ends.
+type verdict int
 
-// run lists and watches until ctx is done. It sends one value on synced: nil
+const (
+	proceed       verdict = iota // watch (again) from w.rv
+	relistNow                    // list again at once: the watcher switched to Endpoints
+	relistLatest                 // list the latest version: w.rv has expired
+	backoffResume                // back off, then watch again from w.rv
+	backoffRelist                // back off, then list again
+	fatal                        // waiting will not fix it: fail NewServerList, or back off and relist
+)
+
+// errShortWatch is a watch that the server ended at once: resuming at once
+// would hammer it.
+var errShortWatch = errors.New("the API server ended the watch within a second")
+
+// errFallback says the list switched to legacy Endpoints.
+var errFallback = errors.New("switched to core/v1 Endpoints")
+
+// classify is the watcher's one decision on an error.
+func classify(err error) verdict {
+	var e *APIError
+	var cert *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return proceed
+	case errors.Is(err, errFallback):
+		return relistNow
+	case errors.As(err, &e) && e.expired():
+		return relistLatest
+	case errors.As(err, &e) && e.StatusCode == http.StatusTooManyRequests,
+		errors.Is(err, errShortWatch), errors.Is(err, syscall.ECONNREFUSED):
+		return backoffResume
+	case errors.As(err, &e):
+		switch e.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusBadRequest:
+			return fatal
+		}
+		return backoffRelist
+	case errors.Is(err, ErrNoPort), errors.As(err, &cert):
+		return fatal
+	}
+	return backoffRelist
+}
+
+// run lists and watches until ctx is done. It sends one value on ready: nil
 // once the first list is published and the watch has started, or an error
-// that retrying cannot fix (bad credentials, missing RBAC verbs, no matching
-// port), after which it returns.
-func (w *watcher) run(ctx context.Context, synced chan<- error) {
+// that retrying cannot fix (bad credentials or certificate, missing RBAC
+// verbs, no matching port), after which it returns.
+func (w *watcher) run(ctx context.Context, ready chan<- error) {
 	defer w.c.close()
-	var (
-		listRV   = "0" // the first list may come from the API server's cache
-		needList = true
-		expiries = 0 // consecutive expired lists and watches
-		b        = backoff{timing: w.timing}
-	)
-	ready := func(err error) {
-		if synced != nil {
-			synced <- err
-			synced = nil
-		}
-	}
 	for ctx.Err() == nil {
-		if needList {
-			err := w.list(ctx, listRV, synced != nil)
-			switch {
-			case err == nil:
-				needList = false
-			case errors.Is(err, errFallback):
-				continue
-			case expired(err):
-				listRV, expiries = "", expiries+1
-				if expiries > 1 {
-					w.fail(ctx, &b, err)
+		var err error
+		if w.needList {
+			err = w.list(ctx)
+		} else {
+			start := time.Now()
+			err = w.watch(ctx, func() {
+				if w.phase == starting {
+					w.phase = synced
+					w.stats.update(func(st *Stats) { st.Synced = true })
+					ready <- nil
 				}
-				continue
-			case synced != nil && fatal(err):
-				ready(err)
-				return
-			default:
-				w.fail(ctx, &b, err)
-				continue
+			})
+			if err == nil && time.Since(start) < w.timing.shortWatch {
+				err = errShortWatch
 			}
 		}
-
-		start := time.Now()
-		n, err := w.watch(ctx, func() { ready(nil) })
-		if n > 0 {
-			expiries = 0
-		}
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case err == nil && n == 0 && time.Since(start) < w.timing.shortWatch:
-			w.fail(ctx, &b, errShortWatch)
-		case err == nil:
-			// A clean close: resume from w.rv.
-		case expired(err):
-			w.log.Infof("selector: %s: resource version %s expired, listing again", w.t, w.rv)
-			listRV, needList, expiries = "", true, expiries+1
-			if expiries > 1 {
-				w.fail(ctx, &b, err)
+		}
+		v := classify(err)
+		if v != proceed && v != relistNow {
+			w.stats.failed(err)
+		}
+		if v == fatal && w.phase == starting {
+			ready <- err
+			return
+		}
+		switch v {
+		case proceed:
+			w.expiries = 0
+			w.needList = false
+		case relistNow:
+			w.needList = true
+		case relistLatest:
+			w.log.Info("resource version expired; listing again", "resource_version", w.rv)
+			w.listRV, w.needList, w.expiries = "", true, w.expiries+1
+			if w.expiries > 1 {
+				w.sleep(ctx, err)
 			}
-		case retriable(err):
-			w.fail(ctx, &b, err) // and resume from w.rv
-		default:
-			if synced != nil && fatal(err) {
-				ready(err)
-				return
-			}
-			w.fail(ctx, &b, err)
-			listRV, needList = w.rv, true
+		case backoffResume:
+			w.sleep(ctx, err)
+		case backoffRelist, fatal:
+			w.sleep(ctx, err)
+			w.listRV, w.needList = w.rv, true
 		}
 	}
 }
 
-// fail logs err and sleeps the next backoff interval, or until ctx is done.
+// sleep logs err and sleeps the next backoff interval, or until ctx is done.
 // The members stay as they are: an error never empties the ring. Every
 // error backs off alike, a 403 after the first sync included: a restarting
 // API server answers 403 until its RBAC caches fill.
-func (w *watcher) fail(ctx context.Context, b *backoff, err error) {
-	if ctx.Err() != nil {
-		return // err is the cancellation: keep the last real error for NewServerList
-	}
-	w.lastErr = err
-	d := b.next()
+func (w *watcher) sleep(ctx context.Context, err error) {
+	d := w.backoff.next()
 	var e *APIError
 	if errors.As(err, &e) {
-		d = max(d, e.retryAfter) // the server's Retry-After is a floor
+		d = max(d, min(e.retryAfter, maxRetryAfter)) // the server's Retry-After is a floor
 	}
-	w.log.Errorf("selector: %s: %v; retrying in %v, keeping %d servers", w.t, err, d.Round(time.Millisecond), len(w.published))
+	w.log.Error("discovery failed; keeping the servers and retrying",
+		keyError, err.Error(), keyRetryIn, d.Round(time.Millisecond).String(), keyServers, len(w.published))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -173,103 +223,114 @@ func (w *watcher) fail(ctx context.Context, b *backoff, err error) {
 	}
 }
 
-// fatal reports whether err is one that retrying will not fix, so that
-// NewServerList should fail with it rather than wait.
-func fatal(err error) bool {
-	var e *APIError
-	if errors.As(err, &e) {
-		switch e.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusBadRequest:
-			return true
-		}
-		return false
-	}
-	return errors.Is(err, errNoPort)
-}
-
-// retriable reports whether a failed watch should resume from the same
-// resource version after a backoff, rather than relist: the server was
-// unreachable or asked us to slow down.
-func retriable(err error) bool {
-	var e *APIError
-	if errors.As(err, &e) {
-		return e.StatusCode == http.StatusTooManyRequests
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
-
-func expired(err error) bool {
-	var e *APIError
-	return errors.As(err, &e) && e.expired()
-}
-
-// errFallback says the list switched to legacy Endpoints: list again at once.
-var errFallback = errors.New("switched to core/v1 Endpoints")
-
-// errNoPort is a Service whose endpoints have no port matching the address.
-var errNoPort = errors.New("no matching port")
+// maxRetryAfter caps the server's Retry-After, so that one answer cannot
+// stop discovery for long.
+const maxRetryAfter = time.Minute
 
 func (w *watcher) path() (string, request) {
-	if w.legacy {
-		return "/api/v1/namespaces/" + w.t.namespace + "/endpoints", request{resource: "endpoints", namespace: w.t.namespace}
+	if w.dec.legacy {
+		return "/api/v1/namespaces/" + w.target.namespace + "/endpoints", request{resource: "endpoints", namespace: w.target.namespace}
 	}
-	return "/apis/discovery.k8s.io/v1/namespaces/" + w.t.namespace + "/endpointslices",
-		request{resource: "endpointslices.discovery.k8s.io", namespace: w.t.namespace}
+	return "/apis/discovery.k8s.io/v1/namespaces/" + w.target.namespace + "/endpointslices",
+		request{resource: "endpointslices.discovery.k8s.io", namespace: w.target.namespace}
 }
 
 func (w *watcher) query() url.Values {
-	if w.legacy {
-		return url.Values{"fieldSelector": {"metadata.name=" + w.t.service}}
+	if w.dec.legacy {
+		return url.Values{"fieldSelector": {"metadata.name=" + w.target.service}}
 	}
-	return url.Values{"labelSelector": {"kubernetes.io/service-name=" + w.t.service}}
+	return url.Values{"labelSelector": {"kubernetes.io/service-name=" + w.target.service}}
 }
 
-// list replaces the state with a LIST at resource version rv ("0": any, from
-// the cache; "": the latest) and publishes the result. An empty result is
-// published too: unlike an error, it is the truth.
-func (w *watcher) list(ctx context.Context, rv string, initial bool) error {
+// listKind is the kind a LIST must answer with.
+func (w *watcher) listKind() string {
+	if w.dec.legacy {
+		return "EndpointsList"
+	}
+	return "EndpointSliceList"
+}
+
+// list replaces the state with a LIST at w.listRV ("0": any, from the
+// cache; "": the latest) and publishes the result. An empty result is
+// published too: unlike an error, it is the truth. An item that does not
+// decode is skipped and logged, as a bad watch event is.
+func (w *watcher) list(ctx context.Context) error {
 	path, r := w.path()
 	r.verb = "list"
 	q := w.query()
-	q.Set("resourceVersion", rv)
+	q.Set("resourceVersion", w.listRV)
 	var l objectList
 	err := w.c.list(ctx, path, q, r, &l)
 	var e *APIError
-	if errors.As(err, &e) && e.StatusCode == http.StatusNotFound && !w.legacy {
-		// 404 on a collection means the resource is not served. Fall back
-		// only if the whole discovery.k8s.io/v1 group is missing.
-		served, serr := w.c.served(ctx, "/apis/discovery.k8s.io/v1", request{verb: "get", resource: "discovery.k8s.io/v1"})
-		if serr == nil && !served {
-			w.log.Infof("selector: %s: the API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core/v1 Endpoints", w.t)
-			w.legacy = true
-			return errFallback
-		}
+	if errors.As(err, &e) && e.StatusCode == http.StatusNotFound && !w.dec.legacy {
+		return w.fallback(ctx, err)
 	}
+	w.notServed = 0
 	if err != nil {
 		return err
 	}
+	if l.Kind != w.listKind() || l.Metadata.ResourceVersion == "" {
+		return fmt.Errorf("the API server answered a LIST of %s with kind %q and resource version %q, not a %s: is WithAPIServer's URL a Kubernetes API server?",
+			r.resource, l.Kind, l.Metadata.ResourceVersion, w.listKind())
+	}
+	if w.lists++; w.lists > 1 {
+		w.stats.relisted()
+	}
 
 	state := make(map[string][]member, len(l.Items))
-	w.mismatch = ""
+	w.dec.mismatch = ""
 	for _, raw := range l.Items {
-		name, _, ms, err := w.decode(raw)
+		name, _, ms, err := w.dec.decode(raw)
 		if err != nil {
-			return err
+			w.log.Error("skipping a listed object that does not decode", keyError, err.Error())
+			continue
 		}
 		state[name] = ms
 	}
 	w.slices, w.rv = state, l.Metadata.ResourceVersion
-	w.recompute()
-	if initial && len(w.published) == 0 && w.mismatch != "" {
-		return fmt.Errorf("%w: %s", errNoPort, w.mismatch)
+	w.stats.heard()
+	if len(l.Items) == 0 && !w.warned {
+		w.warned = true
+		w.log.Warn(fmt.Sprintf("the Service has no %s: check the Service's name and namespace, and that it has a selector", w.resourceNoun()))
 	}
+	if w.phase == starting && w.dec.mismatch != "" && len(union(w.slices, w.family)) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoPort, w.dec.mismatch)
+	}
+	w.recompute()
 	return nil
+}
+
+func (w *watcher) resourceNoun() string {
+	if w.dec.legacy {
+		return "Endpoints"
+	}
+	return "EndpointSlices"
+}
+
+// fallback handles a 404 on the EndpointSlice collection, which means the
+// resource is not served. It switches to Endpoints only if the whole
+// discovery.k8s.io/v1 group is missing, fallbackChecks times in a row.
+func (w *watcher) fallback(ctx context.Context, notFound error) error {
+	served, err := w.c.served(ctx, "/apis/discovery.k8s.io/v1", request{verb: "get", resource: "discovery.k8s.io/v1"})
+	switch {
+	case err != nil:
+		return err
+	case served:
+		w.notServed = 0
+		return notFound
+	}
+	if w.notServed++; w.notServed < fallbackChecks {
+		return fmt.Errorf("the API server does not serve discovery.k8s.io/v1 (%d of %d checks before watching core/v1 Endpoints)", w.notServed, fallbackChecks)
+	}
+	w.log.Info("the API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core/v1 Endpoints")
+	w.dec.legacy, w.notServed = true, 0
+	return errFallback
 }
 
 // watch runs one WATCH from w.rv, applying events as they come, until the
 // stream ends. established is called once the server has accepted the watch.
-// It returns the number of events read and nil for a clean close.
-func (w *watcher) watch(ctx context.Context, established func()) (int, error) {
+// It returns nil for a clean close.
+func (w *watcher) watch(ctx context.Context, established func()) error {
 	timeout := w.timing.watchTimeout()
 	// The server ends the watch after timeout; if it does not (a dead
 	// connection without HTTP/2 pings, a proxy), this deadline does.
@@ -282,35 +343,49 @@ func (w *watcher) watch(ctx context.Context, established func()) (int, error) {
 	q.Set("resourceVersion", w.rv)
 	q.Set("allowWatchBookmarks", "true")
 	q.Set("timeoutSeconds", strconv.Itoa(max(1, int(timeout.Seconds()))))
+	if w.phase == synced {
+		w.stats.rewatched()
+	}
 	s, err := w.c.watch(ctx, path, q, r)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer s.close()
+	w.stats.heard()
 	established()
 
-	for n := 0; ; n++ {
+	dirty := false // a slice changed since the last recompute
+	defer func() {
+		if dirty {
+			w.recompute()
+		}
+	}()
+	for {
 		ev, err := s.next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
-			return n, err
+			return err
 		}
+		w.stats.heard()
 		switch ev.Type {
 		case "ADDED", "MODIFIED", "DELETED":
-			name, rv, ms, err := w.decode(ev.Object)
+			name, rv, ms, err := w.dec.decode(ev.Object)
 			if err != nil {
-				w.log.Errorf("selector: %s: skipping %s event: %v", w.t, ev.Type, err)
-				continue
+				w.log.Error("skipping a watch event that does not decode", "type", ev.Type, keyError, err.Error())
+				break
 			}
-			if ev.Type == "DELETED" {
+			old, had := w.slices[name]
+			switch {
+			case ev.Type == "DELETED":
 				delete(w.slices, name)
-			} else {
+				dirty = dirty || had
+			case !had || !equalMembers(old, ms):
 				w.slices[name] = ms
+				dirty = true
 			}
 			w.rv = rv
-			w.recompute()
 		case "BOOKMARK":
 			var o struct{ Metadata objectMeta }
 			if json.Unmarshal(ev.Object, &o) == nil && o.Metadata.ResourceVersion != "" {
@@ -319,173 +394,40 @@ func (w *watcher) watch(ctx context.Context, established func()) (int, error) {
 		case "ERROR":
 			var st status
 			if err := json.Unmarshal(ev.Object, &st); err != nil {
-				return n, fmt.Errorf("decode watch error: %w", err)
+				return fmt.Errorf("decode watch error: %w", err)
 			}
-			return n, r.error(st, 0)
+			return r.error(st, 0)
 		default:
-			w.log.Errorf("selector: %s: skipping watch event of unknown type %q", w.t, ev.Type)
+			w.log.Error("skipping a watch event of unknown type", "type", ev.Type)
+		}
+		// Events that arrived together are applied together: recompute
+		// once the buffered ones are done.
+		if dirty && !s.more() {
+			w.recompute()
+			dirty = false
 		}
 	}
 }
 
-// recompute publishes the union of all slices' members if it changed. The
-// same endpoint may be in two slices at once while it moves between them, so
-// members are deduplicated by address, then by identity.
+// recompute publishes the union of all slices' members after the first list
+// and after every change. A set over maxMembers is refused: the ring keeps
+// the last set.
 func (w *watcher) recompute() {
-	var all []member
-	for _, ms := range w.slices {
-		all = append(all, ms...)
+	all := union(w.slices, w.family)
+	if w.published != nil && equalMembers(all, w.published) {
+		return
 	}
-	all = pickFamily(all, w.family)
-	slices.SortFunc(all, func(a, b member) int {
-		return cmp.Or(strings.Compare(a.addr.str, b.addr.str), strings.Compare(a.id, b.id))
-	})
-	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
-	all = canonical(all)
-	if slices.EqualFunc(all, w.published, func(a, b member) bool { return a.id == b.id && a.addr.str == b.addr.str }) {
+	if len(all) > maxMembers {
+		w.log.Error(fmt.Sprintf("the Service has more ready endpoints than a ring takes (%d); keeping the servers", maxMembers),
+			"endpoints", len(all), keyServers, len(w.published))
 		return
 	}
 	w.published = all
-	w.publish(slices.Clone(all))
-}
-
-// pickFamily keeps the members of one IP family: the one asked for, or IPv4
-// if there are any IPv4 members and IPv6 if not. A dual-stack pod is in an
-// IPv4 slice and an IPv6 slice, and must count once.
-func pickFamily(ms []member, family string) []member {
-	if family == "" {
-		family = "IPv6"
-		if slices.ContainsFunc(ms, func(m member) bool { return isIPv4(m.addr.str) }) {
-			family = "IPv4"
-		}
-	}
-	return slices.DeleteFunc(ms, func(m member) bool { return isIPv4(m.addr.str) != (family == "IPv4") })
-}
-
-func isIPv4(hostport string) bool {
-	ap, err := netip.ParseAddrPort(hostport)
-	return err == nil && ap.Addr().Is4()
-}
-
-// decode turns an EndpointSlice or Endpoints object into its name, resource
-// version and eligible members.
-func (w *watcher) decode(raw json.RawMessage) (name, rv string, ms []member, err error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", "", nil, errors.New("no object")
-	}
-	if w.legacy {
-		var e endpoints
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return "", "", nil, err
-		}
-		for _, s := range e.Subsets {
-			p, ok := w.port(s.Ports, e.Metadata.Name)
-			if !ok {
-				continue
-			}
-			for _, a := range s.Addresses {
-				name := a.Hostname
-				if name == "" && a.TargetRef != nil && a.TargetRef.Kind == "Pod" {
-					name = a.TargetRef.Name
-				}
-				if m, ok := newMember(a.IP, p, name); ok {
-					ms = append(ms, m)
-				}
-			}
-		}
-		return e.Metadata.Name, e.Metadata.ResourceVersion, ms, nil
-	}
-
-	var s endpointSlice
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", "", nil, err
-	}
-	if s.Metadata.Name == "" {
-		return "", "", nil, errors.New("object has no name")
-	}
-	if s.AddressType != "IPv4" && s.AddressType != "IPv6" {
-		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil // FQDN slices have no defined meaning
-	}
-	if len(s.Endpoints) == 0 {
-		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil
-	}
-	p, ok := w.port(s.Ports, s.Metadata.Name)
-	if !ok {
-		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil
-	}
-	for _, e := range s.Endpoints {
-		c := e.Conditions
-		// ready is serving and not terminating, unless the Service publishes
-		// not-ready addresses, when ready is always true: so ask for all three.
-		// A missing condition means ready, serving, not terminating.
-		if len(e.Addresses) == 0 || c.Ready != nil && !*c.Ready || c.Serving != nil && !*c.Serving || c.Terminating != nil && *c.Terminating {
-			continue
-		}
-		name := ""
-		if e.Hostname != nil && *e.Hostname != "" {
-			name = *e.Hostname
-		} else if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-			name = e.TargetRef.Name
-		}
-		if m, ok := newMember(e.Addresses[0], p, name); ok {
-			ms = append(ms, m)
-		}
-	}
-	return s.Metadata.Name, s.Metadata.ResourceVersion, ms, nil
-}
-
-// newMember returns the member for an endpoint: identity name:port if the
-// endpoint has a stable name, else ip:port. Invalid IPs are skipped, so an
-// empty one never becomes ":11211", which would dial localhost.
-func newMember(ip string, port int, name string) (member, bool) {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return member{}, false
-	}
-	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
-	id := hostport
-	if name != "" {
-		id = name + ":" + strconv.Itoa(port)
-	}
-	return member{id: id, addr: &staticAddr{network: "tcp", str: hostport}}, true
-}
-
-// port resolves the address's port against one slice's ports: a name
-// matches the Service port name, a number the target port. A slice without
-// ports takes a numeric port as it is. No match skips the slice, and says why.
-func (w *watcher) port(ps []port, slice string) (int, bool) {
-	if len(ps) == 0 && w.t.port != 0 {
-		return w.t.port, true
-	}
-	var have []string
-	for _, p := range ps {
-		if p.Port == nil || *p.Port == 0 {
-			continue
-		}
-		name, proto := "", "TCP"
-		if p.Name != nil {
-			name = *p.Name
-		}
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		if proto == "TCP" && (w.t.portName != "" && name == w.t.portName || w.t.port != 0 && int(*p.Port) == w.t.port) {
-			return int(*p.Port), true
-		}
-		have = append(have, fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), *p.Port, proto))
-	}
-	want := strconv.Itoa(w.t.port)
-	if w.t.portName != "" {
-		want = strconv.Quote(w.t.portName)
-	}
-	w.mismatch = fmt.Sprintf("service %s/%s has no TCP port %s (%s has ports %s); use the pods' port number (the targetPort) or the Service port name",
-		w.t.namespace, w.t.service, want, slice, cmp.Or(strings.Join(have, ", "), "none"))
-	w.log.Errorf("selector: %s: %s", w.t, w.mismatch)
-	return 0, false
+	w.publish(all)
 }
 
 // backoff is client-go's: from backoffBase doubling to backoffCap, each
-// interval d stretched to a random point in [d, 2d), starting over after
+// interval d stretched to a random point in [d, 2d], starting over after
 // backoffReset without failures.
 type backoff struct {
 	timing
@@ -500,4 +442,41 @@ func (b *backoff) next() time.Duration {
 	b.last = time.Now()
 	b.d = min(max(b.backoffBase, 2*b.d), b.backoffCap)
 	return b.d + rand.N(b.d+1)
+}
+
+// Stats is a snapshot of a ServerList's discovery, for health checks and
+// metrics of your own.
+type Stats struct {
+	Servers       []net.Addr // the current servers, sorted
+	Synced        bool       // the first list is published and the watch has started
+	LastSync      time.Time  // when the API server last answered: a list, a watch, an event
+	LastError     error      // the last discovery error, or nil
+	LastErrorTime time.Time
+	Relists       int // LISTs after the first
+	WatchRestarts int // WATCHes after the first
+}
+
+// stats is the watcher's part of Stats, shared with readers.
+type stats struct {
+	mu sync.Mutex
+	s  Stats
+}
+
+func (s *stats) get() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s
+}
+
+func (s *stats) update(f func(*Stats)) {
+	s.mu.Lock()
+	f(&s.s)
+	s.mu.Unlock()
+}
+
+func (s *stats) heard()     { s.update(func(st *Stats) { st.LastSync = time.Now() }) }
+func (s *stats) relisted()  { s.update(func(st *Stats) { st.Relists++ }) }
+func (s *stats) rewatched() { s.update(func(st *Stats) { st.WatchRestarts++ }) }
+func (s *stats) failed(err error) {
+	s.update(func(st *Stats) { st.LastError, st.LastErrorTime = err, time.Now() })
 }

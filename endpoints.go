@@ -1,0 +1,227 @@
+package selector
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// This file turns EndpointSlices (or core/v1 Endpoints) into ring members:
+// which endpoints are eligible, on which port, in which IP family, under
+// which identity; and the union of a Service's slices.
+
+// ErrNoPort is returned by NewServerList when the Service's endpoints have no
+// TCP port matching the address's port: use the pods' port number (the
+// Service's targetPort) or the name of a Service port.
+var ErrNoPort = errors.New("no matching port")
+
+// decoder decodes the objects of one target.
+type decoder struct {
+	t        target
+	legacy   bool   // core/v1 Endpoints, not EndpointSlices
+	mismatch string // why the last object with endpoints had no matching port
+}
+
+// union returns the members of all slices in one IP family, canonical (see
+// canonical), never nil. The same endpoint may be in two slices at once while
+// it moves between them, so members are deduplicated by address, then by
+// identity.
+func union(bySlice map[string][]member, family string) []member {
+	all := []member{}
+	for _, ms := range bySlice {
+		all = append(all, ms...)
+	}
+	all = pickFamily(all, family)
+	slices.SortFunc(all, func(a, b member) int {
+		return cmp.Or(strings.Compare(a.addr.str, b.addr.str), strings.Compare(a.id, b.id))
+	})
+	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
+	return canonical(all)
+}
+
+// equalMembers reports whether a and b have the same ids at the same
+// addresses.
+func equalMembers(a, b []member) bool {
+	return slices.EqualFunc(a, b, func(x, y member) bool { return x.id == y.id && x.addr.str == y.addr.str })
+}
+
+// pickFamily keeps the members of one IP family: the one asked for, or IPv4
+// if there are any IPv4 members and IPv6 if not. A dual-stack pod is in an
+// IPv4 slice and an IPv6 slice, and must count once.
+func pickFamily(ms []member, family string) []member {
+	if family == "" {
+		family = "IPv6"
+		if slices.ContainsFunc(ms, func(m member) bool { return isIPv4(m.addr.str) }) {
+			family = "IPv4"
+		}
+	}
+	return slices.DeleteFunc(ms, func(m member) bool { return isIPv4(m.addr.str) != (family == "IPv4") })
+}
+
+func isIPv4(hostport string) bool {
+	ap, err := netip.ParseAddrPort(hostport)
+	return err == nil && ap.Addr().Is4()
+}
+
+// decode turns an EndpointSlice or Endpoints object into its name, resource
+// version and eligible members.
+func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", "", nil, errors.New("no object")
+	}
+	if d.legacy {
+		var e endpoints
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return "", "", nil, err
+		}
+		for _, s := range e.Subsets {
+			p, ok := d.port(s.Ports, e.Metadata.Name)
+			if !ok {
+				continue
+			}
+			for _, a := range s.Addresses {
+				name := a.Hostname
+				if name == "" && a.TargetRef != nil && a.TargetRef.Kind == "Pod" {
+					name = a.TargetRef.Name
+				}
+				if m, ok := newMember(a.IP, p, name); ok {
+					ms = append(ms, m)
+				}
+			}
+		}
+		return e.Metadata.Name, e.Metadata.ResourceVersion, ms, nil
+	}
+
+	var s endpointSlice
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", "", nil, err
+	}
+	if s.Metadata.Name == "" {
+		return "", "", nil, errors.New("object has no name")
+	}
+	if s.AddressType != "IPv4" && s.AddressType != "IPv6" {
+		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil // FQDN slices have no defined meaning
+	}
+	if len(s.Endpoints) == 0 {
+		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil
+	}
+	p, ok := d.port(s.Ports, s.Metadata.Name)
+	if !ok {
+		return s.Metadata.Name, s.Metadata.ResourceVersion, nil, nil
+	}
+	for _, e := range s.Endpoints {
+		c := e.Conditions
+		// ready is serving and not terminating, unless the Service publishes
+		// not-ready addresses, when ready is always true: so ask for all three.
+		// A missing condition means ready, serving, not terminating.
+		if len(e.Addresses) == 0 || c.Ready != nil && !*c.Ready || c.Serving != nil && !*c.Serving || c.Terminating != nil && *c.Terminating {
+			continue
+		}
+		name := ""
+		if e.Hostname != nil && *e.Hostname != "" {
+			name = *e.Hostname
+		} else if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+			name = e.TargetRef.Name
+		}
+		if m, ok := newMember(e.Addresses[0], p, name); ok {
+			ms = append(ms, m)
+		}
+	}
+	return s.Metadata.Name, s.Metadata.ResourceVersion, ms, nil
+}
+
+// newMember returns the member for an endpoint: identity name:port if the
+// endpoint has a stable name, else ip:port. Invalid IPs are skipped, so an
+// empty one never becomes ":11211", which would dial localhost.
+func newMember(ip string, port int, name string) (member, bool) {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return member{}, false
+	}
+	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
+	id := hostport
+	if name != "" {
+		id = name + ":" + strconv.Itoa(port)
+	}
+	return member{id: id, addr: &staticAddr{network: "tcp", str: hostport}}, true
+}
+
+// port resolves the address's port against one slice's ports: a name
+// matches the Service port name, a number the target port. A slice without
+// ports takes a numeric port as it is. No match skips the slice, and says why.
+func (d *decoder) port(ps []port, slice string) (int, bool) {
+	if len(ps) == 0 && d.t.port != 0 {
+		return d.t.port, true
+	}
+	var have []string
+	for _, p := range ps {
+		if p.Port == nil || *p.Port == 0 {
+			continue
+		}
+		name, proto := "", "TCP"
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		if proto == "TCP" && (d.t.portName != "" && name == d.t.portName || d.t.port != 0 && int(*p.Port) == d.t.port) {
+			return int(*p.Port), true
+		}
+		have = append(have, fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), *p.Port, proto))
+	}
+	want := strconv.Itoa(d.t.port)
+	if d.t.portName != "" {
+		want = strconv.Quote(d.t.portName)
+	}
+	d.mismatch = fmt.Sprintf("service %s/%s has no TCP port %s (%s has ports %s); use the pods' port number (the targetPort) or the Service port name",
+		d.t.namespace, d.t.service, want, slice, cmp.Or(strings.Join(have, ", "), "none"))
+	return 0, false
+}
+
+type objectRef struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+type port struct {
+	Name     *string `json:"name"`
+	Port     *int32  `json:"port"`
+	Protocol *string `json:"protocol"`
+}
+
+// endpointSlice is a discovery.k8s.io/v1 EndpointSlice.
+type endpointSlice struct {
+	Metadata    objectMeta `json:"metadata"`
+	AddressType string     `json:"addressType"`
+	Endpoints   []struct {
+		Addresses  []string `json:"addresses"`
+		Conditions struct {
+			Ready       *bool `json:"ready"`
+			Serving     *bool `json:"serving"`
+			Terminating *bool `json:"terminating"`
+		} `json:"conditions"`
+		Hostname  *string    `json:"hostname"`
+		TargetRef *objectRef `json:"targetRef"`
+	} `json:"endpoints"`
+	Ports []port `json:"ports"`
+}
+
+// endpoints is a core/v1 Endpoints.
+type endpoints struct {
+	Metadata objectMeta `json:"metadata"`
+	Subsets  []struct {
+		Addresses []struct {
+			IP        string     `json:"ip"`
+			Hostname  string     `json:"hostname"`
+			TargetRef *objectRef `json:"targetRef"`
+		} `json:"addresses"`
+		Ports []port `json:"ports"`
+	} `json:"subsets"`
+}

@@ -1,0 +1,181 @@
+package selector
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// An Option configures NewServerList.
+type Option func(o *options)
+
+type options struct {
+	log        slog.Handler
+	logErr     error // a nil logger, reported by newOptions
+	apiServer  string
+	tokenFile  string
+	caFile     string
+	httpClient *http.Client
+	points     int
+	onChange   func([]net.Addr)
+	waitReady  bool
+	legacy     bool
+	family     string
+
+	// Seams for tests.
+	getenv func(string) string
+	saDir  string
+	timing timing
+}
+
+// newOptions applies opt over the defaults and checks the result, so that a
+// mistake is an error from NewServerList rather than a surprise later.
+func newOptions(opt []Option) (options, error) {
+	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir}
+	for i, f := range opt {
+		if f == nil {
+			return o, fmt.Errorf("option %d of %d is nil", i+1, len(opt))
+		}
+		f(&o)
+	}
+	switch {
+	case o.logErr != nil:
+		return o, o.logErr
+	case o.points < 0 || o.points > maxPoints:
+		return o, fmt.Errorf("WithPointsPerServer(%d): want 1 to %d, or 0 for the default", o.points, maxPoints)
+	}
+	switch strings.ToLower(o.family) {
+	case "":
+	case "ipv4":
+		o.family = "IPv4"
+	case "ipv6":
+		o.family = "IPv6"
+	default:
+		return o, fmt.Errorf("WithIPFamily(%q): want \"IPv4\" or \"IPv6\", as in an EndpointSlice's addressType", o.family)
+	}
+	return o, nil
+}
+
+// WithLogger sends the ServerList's logs to l, one formatted line a record:
+// server changes at info level, errors with repeats of the same error
+// suppressed for a minute. The default logs to slog.Default().
+func WithLogger(l Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			o.logErr = errors.New("WithLogger(nil): pass a Logger; to silence the ServerList, use WithSlog(slog.New(slog.DiscardHandler))")
+			return
+		}
+		o.log, o.logErr = loggerHandler{l: l}, nil
+	}
+}
+
+// WithSlog sends the ServerList's logs to l as structured records: a
+// message, a level, and attributes (service, namespace, and as they apply
+// servers, added, removed, error). Errors repeated within a minute are
+// suppressed; the next one that is logged says how many were.
+func WithSlog(l *slog.Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			o.logErr = errors.New("WithSlog(nil): pass a *slog.Logger, such as slog.Default(); to silence the ServerList, slog.New(slog.DiscardHandler)")
+			return
+		}
+		o.log, o.logErr = l.Handler(), nil
+	}
+}
+
+// WithAPIServer sets the URL of the Kubernetes API server, such as
+// "https://203.0.113.7:6443", or "http://127.0.0.1:8001" for kubectl proxy.
+// With it, no in-cluster configuration is used: add WithTokenFile and
+// WithCAFile as the server needs.
+func WithAPIServer(url string) Option {
+	return func(o *options) { o.apiServer = url }
+}
+
+// WithTokenFile sets the file holding the bearer token for the API server.
+// The file is read again every minute and after a 401, so a rotated token
+// is picked up. In a pod the default is the service account token.
+func WithTokenFile(path string) Option {
+	return func(o *options) { o.tokenFile = path }
+}
+
+// WithCAFile sets the PEM file of the certificate authorities that sign the
+// API server's certificate. The file is read again every 5 minutes and when
+// the server's certificate fails verification, so a rotated CA is picked up.
+// In a pod the default is the service account CA; outside one, the system
+// roots.
+func WithCAFile(path string) Option {
+	return func(o *options) { o.caFile = path }
+}
+
+// WithHTTPClient sets the HTTP client for API requests, for TLS or proxy
+// settings of your own. Its Timeout must be zero, since watches are long
+// requests; the ServerList bounds each request itself. The bearer token is
+// still added from the token file. WithCAFile has no effect with it.
+func WithHTTPClient(c *http.Client) Option {
+	return func(o *options) { o.httpClient = c }
+}
+
+// WithPointsPerServer sets the number of ring points per server, from 1 to
+// 100,000; 0 means DefaultPointsPerServer. More points balance keys more
+// evenly and cost memory and rebuild time. Every process sharing a cache
+// must use the same value, or they will route keys differently.
+func WithPointsPerServer(n int) Option {
+	return func(o *options) { o.points = n }
+}
+
+// WithOnChange calls f with the sorted servers after each change, starting
+// with the first discovered set (which may be empty), from a goroutine of the
+// ServerList's own. Changes that come while f runs are coalesced into one call
+// with the latest set. Use it to log or export the server count.
+func WithOnChange(f func(servers []net.Addr)) Option {
+	return func(o *options) { o.onChange = f }
+}
+
+// WithWaitForServers makes NewServerList wait until the Service has at least
+// one ready server, or fail when its ctx ends, instead of returning with an
+// empty list that Kubernetes fills later. Use it where starting without a
+// cache is worse than not starting, with a ctx that has a deadline.
+func WithWaitForServers() Option {
+	return func(o *options) { o.waitReady = true }
+}
+
+// WithLegacyEndpoints makes the ServerList watch the Service's core/v1
+// Endpoints instead of its EndpointSlices. It is only for API servers that do
+// not serve discovery.k8s.io/v1 (before Kubernetes 1.21), and NewServerList
+// falls back to Endpoints by itself there. It needs get, list and watch on
+// endpoints.
+func WithLegacyEndpoints() Option {
+	return func(o *options) { o.legacy = true }
+}
+
+// WithIPFamily picks the address family of the servers on a dual-stack
+// Service: "IPv4" or "IPv6" (in any case). By default it is IPv4 when the
+// Service has IPv4 endpoints and IPv6 otherwise.
+func WithIPFamily(family string) Option {
+	return func(o *options) { o.family = family }
+}
+
+// clientConfig resolves the API server and its credentials: the options
+// given, or in a pod (without WithAPIServer) the in-cluster configuration.
+func (o options) clientConfig(log *slog.Logger) (clientConfig, error) {
+	cfg := clientConfig{server: o.apiServer, tokenFile: o.tokenFile, caFile: o.caFile, httpClient: o.httpClient, log: log}
+	if o.apiServer != "" {
+		return cfg, nil
+	}
+	host, port := o.getenv("KUBERNETES_SERVICE_HOST"), o.getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return cfg, ErrNotInCluster
+	}
+	cfg.server = "https://" + net.JoinHostPort(host, port)
+	if cfg.tokenFile == "" {
+		cfg.tokenFile = o.saDir + "/token"
+	}
+	if cfg.caFile == "" {
+		cfg.caFile = o.saDir + "/ca.crt"
+	}
+	return cfg, nil
+}
