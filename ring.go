@@ -17,7 +17,8 @@ import (
 // The busiest member's share of the key space exceeds the mean by about
 // 1/sqrt(points) times a factor that grows slowly with the member count:
 // with 1500 points, by 4% on average at 10 members and 7% at 100 (1000
-// points give 5% and 8%). A ring of 1000 members takes 30 MB.
+// points give 5% and 8%). A ring of 1000 members keeps 26 MB: 12 bytes a
+// point and an 8 MB table.
 const DefaultPointsPerServer = 1500
 
 // member is one server on the ring. id decides where its points go; addr is
@@ -47,30 +48,28 @@ func newStaticAddr(a net.Addr) *staticAddr {
 // around. Points are sorted by hash, ties broken by id, so the mapping does
 // not depend on input order or history.
 //
-// A table splits the hash space into buckets: four per point, falling to two
-// from half a million points, and at most 2M past two million. Most
-// buckets hold no point, and their entry is the owner of the whole bucket;
-// the entry of any other bucket is where to start scanning the points. So
-// most lookups read the table and the member, and none scans more than a few
-// points. A ring is never modified after build and is safe for concurrent
-// use.
+// A table splits the hash space into buckets: four per point, and at most
+// maxTable (8 MB). Most buckets hold no point, and their entry is the owner
+// of the whole bucket; the entry of any other bucket is where to start
+// scanning the points (see bucketEntry). So most lookups read the table and
+// the member, and few scan more than a few points. A ring is never modified
+// after build and is safe for concurrent use.
 type ring struct {
 	members []member   // sorted by id, no duplicate ids
 	servers []net.Addr // the members' distinct addresses, sorted
 	hashes  []uint64   // point hashes, sorted
 	owners  []uint32   // owners[i] indexes members for hashes[i]
 	scan    []uint64   // hashes and a sentinel above every hash, to end scans
-	table   []uint32   // per bucket: direct|owner, or the first point in it
-	size    uint64     // len(table)
-	points  int        // per member
+	table   []bucketEntry
+	size    uint64 // len(table)
+	points  int    // per member
 }
 
 const (
-	direct        = 1 << 31    // a table entry with this bit set is a member index
-	tablePerPoint = 4          // buckets per point the table aims at
-	maxTable      = 1 << 21    // buckets the table aims at, at most: 8 MB
+	tablePerPoint = 4          // buckets per point
+	maxTable      = 1 << 21    // buckets at most: 8 MB
 	sortGroupBits = 8          // the sort's first round makes 2^8 groups
-	maxPoints     = 100000     // per member; keeps point indexes below direct
+	maxPoints     = 100000     // per member; with maxMembers, keeps point indexes below ownerFlag
 	maxMembers    = 10000      // per ring, so that a broken API server cannot exhaust memory
 	gone          = ^uint32(0) // in merge, the new index of a member that left
 )
@@ -84,8 +83,7 @@ func newRing(ms []member, points int) *ring {
 	}
 	points = max(points, 1)
 	r := &ring{members: ms, servers: servers(ms), points: points}
-	scratch := r.allocTable(len(ms) * points)
-	r.scan, r.owners = sortedPoints(ms, points, scratch)
+	r.scan, r.owners = sortedPoints(ms, points)
 	r.hashes = r.scan[:len(r.owners)]
 	r.fillTable()
 	return r
@@ -117,12 +115,10 @@ func (r *ring) rebuild(ms []member, points int) *ring {
 		}
 	}
 
-	n := len(ms) * points
 	c := &ring{members: ms, servers: servers(ms), points: points}
-	scratch := c.allocTable(n)
-	addHashes, addOwners := sortedPoints(added, points, scratch)
+	addHashes, addOwners := sortedPoints(added, points)
 	c.scan, c.owners = merge(r.hashes, r.owners, to, addHashes[:len(addOwners)], addOwners, addedTo)
-	c.hashes = c.scan[:n]
+	c.hashes = c.scan[:len(c.owners)]
 	c.fillTable()
 	return c
 }
@@ -160,38 +156,43 @@ func merge(aHashes []uint64, aOwners, aTo []uint32, bHashes []uint64, bOwners, b
 	return append(hashes, math.MaxUint64), owners
 }
 
-// allocTable sets r's table for n points and returns scratch space for
-// sorting them.
-//
-// The sort needs scratch space of two words per point, which is more than
-// the table aims at from 1M points on. The scratch space becomes the table
-// once the points are sorted: more buckets only make lookups faster, and the
-// build allocates no more than the ring keeps. Only a ring too big to want
-// so many buckets gets a table of its own.
-func (r *ring) allocTable(n int) (scratch []uint32) {
-	scratch = make([]uint32, max(2*n, min(tablePerPoint*n, maxTable)))
-	r.table = scratch
-	if len(scratch) > 2*maxTable {
-		r.table = make([]uint32, maxTable)
-	}
-	r.size = uint64(len(r.table))
-	return scratch
+// bucketEntry is one bucket of the table: the owner of the whole bucket
+// when no point falls in it, else the index of the first point in it, where
+// the lookup's scan starts. The two share a uint32, told apart by ownerFlag.
+type bucketEntry uint32
+
+const ownerFlag bucketEntry = 1 << 31
+
+func ownerEntry(member uint32) bucketEntry { return ownerFlag | bucketEntry(member) }
+func scanEntry(point int) bucketEntry      { return bucketEntry(point) }
+
+// owner returns the member an entry holds, if it holds one.
+func (e bucketEntry) owner() (member uint32, ok bool) {
+	return uint32(e &^ ownerFlag), e&ownerFlag != 0
 }
 
-// fillTable fills r's table from its sorted points.
+// point returns the point an entry holds: valid only if owner is not.
+func (e bucketEntry) point() int { return int(e) }
+
+// tableSize returns the number of buckets for n points.
+func tableSize(n int) int { return min(tablePerPoint*n, maxTable) }
+
+// fillTable makes r's table from its sorted points.
 func (r *ring) fillTable() {
+	r.table = make([]bucketEntry, tableSize(len(r.hashes)))
+	r.size = uint64(len(r.table))
 	bk := 0 // the first bucket not yet filled
 	for i, h := range r.hashes {
 		for ; bk < r.bucket(h); bk++ {
-			r.table[bk] = direct | r.owners[i] // an empty bucket: point i is next
+			r.table[bk] = ownerEntry(r.owners[i]) // an empty bucket: point i is next
 		}
 		if bk == r.bucket(h) {
-			r.table[bk] = uint32(i) // the first point in its bucket
+			r.table[bk] = scanEntry(i)
 			bk++
 		}
 	}
 	for ; bk < len(r.table); bk++ {
-		r.table[bk] = direct | r.owners[0] // past the last point: wrap around
+		r.table[bk] = ownerEntry(r.owners[0]) // past the last point: wrap around
 	}
 }
 
@@ -203,16 +204,17 @@ func (r *ring) bucket(h uint64) int { return int((h >> 32) * r.size >> 32) }
 // pick returns the member that owns hash h.
 func (r *ring) pick(h uint64) *member {
 	e := r.table[r.bucket(h)]
-	if e&direct != 0 {
-		return &r.members[e&^direct]
+	if m, ok := e.owner(); ok {
+		return &r.members[m]
 	}
-	for r.scan[e] < h {
-		e++
+	i := e.point()
+	for r.scan[i] < h {
+		i++
 	}
-	if int(e) == len(r.owners) {
-		e = 0
+	if i == len(r.owners) {
+		i = 0
 	}
-	return &r.members[r.owners[e]]
+	return &r.members[r.owners[i]]
 }
 
 // sortedPoints returns the points of ms, their hashes and owners, sorted by
@@ -223,10 +225,10 @@ func (r *ring) pick(h uint64) *member {
 // in cache; then a counting sort of each group by its next bits, in a small
 // buffer; then an insertion sort, which only has to order the point or two
 // that share those bits.
-func sortedPoints(ms []member, points int, scratch []uint32) ([]uint64, []uint32) {
+func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
 	n := len(ms) * points
 	// The hashes in member order (owner = index / points), as two halves.
-	gen := scratch[:2*n]
+	gen := make([]uint32, 2*n)
 	var name []byte
 	for m := range ms {
 		name = append(append(name[:0], ms[m].id...), '-', '0')

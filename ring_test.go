@@ -115,8 +115,8 @@ func TestRingPick(t *testing.T) {
 		{"one member", 1, 1000, 4000},
 		{"three members", 3, 1000, 12000},
 		{"many members few points", 50, 3, 600},
-		{"1.5M points: the sort's scratch space is the table", 1000, 1500, 3000000},
-		{"2.2M points: a table of its own", 1100, 2000, maxTable},
+		{"500k points: four buckets a point", 1000, 500, 2000000},
+		{"1.5M points: at most maxTable", 1000, 1500, maxTable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRing(canonical(podMembers(tc.n)), tc.points)
