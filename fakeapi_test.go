@@ -44,6 +44,7 @@ type fakeAPI struct {
 	noSlices     bool                     // discovery.k8s.io/v1 is not served
 	emptyWatches bool                     // end every watch as soon as it starts
 	warning      string                   // a Warning header for every response
+	listBodies   []string                 // one-shot 200 bodies for the next lists
 }
 
 type stored struct {
@@ -177,6 +178,20 @@ func (f *fakeAPI) failNext(verb string, ft fault) {
 	f.mu.Unlock()
 }
 
+// answerList answers the next list with a 200 and body, as it is.
+func (f *fakeAPI) answerList(body string) {
+	f.mu.Lock()
+	f.listBodies = append(f.listBodies, body)
+	f.mu.Unlock()
+}
+
+// putRaw stores body as an EndpointSlice of the memcache Service, as it is.
+func (f *fakeAPI) putRaw(name, body string) {
+	f.mu.Lock()
+	f.objs["endpointslices/default/"+name] = stored{resource: "endpointslices", namespace: "default", service: "memcache", body: json.RawMessage(body)}
+	f.mu.Unlock()
+}
+
 // failAll answers every list and watch with ft until called with nil.
 func (f *fakeAPI) failAll(ft *fault) {
 	f.mu.Lock()
@@ -305,6 +320,16 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"discovery.k8s.io/v1","resources":[{"name":"endpointslices","namespaced":true,"kind":"EndpointSlice","verbs":["get","list","watch"]}]}`)
 	case "list":
 		respond(200)
+		f.mu.Lock()
+		var body *string
+		if len(f.listBodies) > 0 {
+			body, f.listBodies = &f.listBodies[0], f.listBodies[1:]
+		}
+		f.mu.Unlock()
+		if body != nil {
+			fmt.Fprint(w, *body)
+			return
+		}
 		f.list(w, r)
 	case "watch":
 		respond(200)

@@ -2,14 +2,18 @@ package selector
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/assert"
@@ -352,3 +356,91 @@ func TestREADMEProgram(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "```go\n"+string(program)+"```", "the README's program differs from examples/readme/main.go")
 }
+
+// Stats and HasSynced say what discovery has done, without a metrics
+// dependency.
+func TestStats(t *testing.T) {
+	var zero ServerList
+	require.True(t, zero.HasSynced())
+	require.NoError(t, zero.SetServers("10.0.0.1:11211"))
+	require.Equal(t, Stats{Servers: zero.Servers()}, zero.Stats())
+
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	began := time.Now()
+	ss := start(t, f)
+	require.True(t, ss.HasSynced())
+	s := ss.Stats()
+	require.True(t, s.Synced)
+	require.Equal(t, hostports("10.0.0.1"), addrStrings(s.Servers))
+	require.WithinRange(t, s.LastSync, began, time.Now())
+	require.NoError(t, s.LastError)
+	require.Zero(t, s.Relists)
+	require.Zero(t, s.WatchRestarts)
+
+	w := f.waitWatch(1)
+	barrier(t, w, ss)
+	w.close() // a clean close: the watch restarts
+	f.failNext("list", serverError)
+	expire(f.waitWatch(2)) // then a failed list and a relist
+	f.waitWatch(3)
+	s = ss.Stats()
+	require.Equal(t, 2, s.WatchRestarts)
+	require.Equal(t, 1, s.Relists)
+	require.ErrorContains(t, s.LastError, "etcdserver: request timed out")
+	require.WithinDuration(t, time.Now(), s.LastErrorTime, waitFor)
+}
+
+// Close may be called from the change hook and from a Logger: it returns, and
+// the goroutines exit once the callback does.
+func TestCloseFromCallback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  func(close func()) Option
+	}{
+		{"WithOnChange", func(close func()) Option { return WithOnChange(func([]net.Addr) { close() }) }},
+		{"Logger", func(close func()) Option { return WithLogger(closingLogger(close)) }},
+		{"slog", func(close func()) Option { return WithSlog(slog.New(closingHandler{close})) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			before := goroutines()
+			var ss atomic.Pointer[ServerList] // set once NewServerList has returned
+			closed := make(chan struct{})
+			closeOnce := sync.OnceFunc(func() {
+				ss.Load().Close()
+				close(closed)
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			s, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, tc.opt(func() {
+				if ss.Load() != nil {
+					closeOnce()
+				}
+			}))...)
+			require.NoError(t, err)
+			ss.Store(s)
+			f.waitWatch(1).apply("ADDED", v4("memcache-b", ep("10.0.0.2"))) // a change, and a log line
+			select {
+			case <-closed:
+			case <-time.After(waitFor):
+				t.Fatal("Close called from the callback did not return")
+			}
+			checkNoLeaks(t, before)
+			require.NoError(t, s.Close(), "a second Close")
+		})
+	}
+}
+
+type closingLogger func()
+
+func (c closingLogger) Errorf(string, ...any) { c() }
+func (c closingLogger) Infof(string, ...any)  { c() }
+
+type closingHandler struct{ close func() }
+
+func (h closingHandler) Enabled(context.Context, slog.Level) bool  { return true }
+func (h closingHandler) Handle(context.Context, slog.Record) error { h.close(); return nil }
+func (h closingHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
+func (h closingHandler) WithGroup(string) slog.Handler             { return h }

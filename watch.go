@@ -32,17 +32,21 @@ type timing struct {
 	backoffCap   time.Duration
 	backoffReset time.Duration // start over after this long without failures
 	shortWatch   time.Duration // a watch that ends sooner is a failure
+	// The cap on the server's Retry-After, so that one answer cannot stop
+	// discovery for long.
+	maxRetryAfter time.Duration
 }
 
 func defaultTiming() timing {
 	return timing{
 		// 5 to 10 minutes, as client-go does, to spread reconnects over time.
-		watchTimeout: func() time.Duration { return 5*time.Minute + rand.N(5*time.Minute) },
-		watchGrace:   30 * time.Second,
-		backoffBase:  800 * time.Millisecond,
-		backoffCap:   30 * time.Second,
-		backoffReset: 2 * time.Minute,
-		shortWatch:   time.Second,
+		watchTimeout:  func() time.Duration { return 5*time.Minute + rand.N(5*time.Minute) },
+		watchGrace:    30 * time.Second,
+		backoffBase:   800 * time.Millisecond,
+		backoffCap:    30 * time.Second,
+		backoffReset:  2 * time.Minute,
+		shortWatch:    time.Second,
+		maxRetryAfter: time.Minute,
 	}
 }
 
@@ -209,7 +213,7 @@ func (w *watcher) sleep(ctx context.Context, err error) {
 	d := w.backoff.next()
 	var e *APIError
 	if errors.As(err, &e) {
-		d = max(d, min(e.retryAfter, maxRetryAfter)) // the server's Retry-After is a floor
+		d = max(d, min(e.retryAfter, w.timing.maxRetryAfter)) // the server's Retry-After is a floor
 	}
 	w.log.Error("discovery failed; keeping the servers and retrying",
 		keyError, err.Error(), keyRetryIn, d.Round(time.Millisecond).String(), keyServers, len(w.published))
@@ -220,10 +224,6 @@ func (w *watcher) sleep(ctx context.Context, err error) {
 	case <-ctx.Done():
 	}
 }
-
-// maxRetryAfter caps the server's Retry-After, so that one answer cannot
-// stop discovery for long.
-const maxRetryAfter = time.Minute
 
 func (w *watcher) path() (string, request) {
 	if w.dec.legacy {
@@ -360,43 +360,17 @@ func (w *watcher) watch(ctx context.Context, established func()) error {
 	}()
 	for {
 		ev, err := s.next()
+		if err == nil {
+			w.stats.heard()
+			var changed bool
+			changed, err = w.apply(ev, r)
+			dirty = dirty || changed
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
 			return err
-		}
-		w.stats.heard()
-		switch ev.Type {
-		case "ADDED", "MODIFIED", "DELETED":
-			name, rv, ms, err := w.dec.decode(ev.Object)
-			if err != nil {
-				w.log.Error("skipping a watch event that does not decode", "type", ev.Type, keyError, err.Error())
-				break
-			}
-			old, had := w.slices[name]
-			switch {
-			case ev.Type == "DELETED":
-				delete(w.slices, name)
-				dirty = dirty || had
-			case !had || !equalMembers(old, ms):
-				w.slices[name] = ms
-				dirty = true
-			}
-			w.rv = rv
-		case "BOOKMARK":
-			var o struct{ Metadata objectMeta }
-			if json.Unmarshal(ev.Object, &o) == nil && o.Metadata.ResourceVersion != "" {
-				w.rv = o.Metadata.ResourceVersion
-			}
-		case "ERROR":
-			var st status
-			if err := json.Unmarshal(ev.Object, &st); err != nil {
-				return fmt.Errorf("decode watch error: %w", err)
-			}
-			return r.error(st, 0)
-		default:
-			w.log.Error("skipping a watch event of unknown type", "type", ev.Type)
 		}
 		// Events that arrived together are applied together: recompute
 		// once the buffered ones are done.
@@ -405,6 +379,45 @@ func (w *watcher) watch(ctx context.Context, established func()) error {
 			dirty = false
 		}
 	}
+}
+
+// apply applies one watch event to the state and reports whether the
+// members of a slice changed; an ERROR event is returned as an error. An
+// event that changes nothing, such as a slice's new resource version alone,
+// costs the decoding of that slice and no more.
+func (w *watcher) apply(ev event, r request) (changed bool, err error) {
+	switch ev.Type {
+	case "ADDED", "MODIFIED", "DELETED":
+		name, rv, ms, err := w.dec.decode(ev.Object)
+		if err != nil {
+			w.log.Error("skipping a watch event that does not decode", "type", ev.Type, keyError, err.Error())
+			return false, nil
+		}
+		w.rv = rv
+		old, had := w.slices[name]
+		switch {
+		case ev.Type == "DELETED":
+			delete(w.slices, name)
+			return had, nil
+		case !had || !equalMembers(old, ms):
+			w.slices[name] = ms
+			return true, nil
+		}
+	case "BOOKMARK":
+		var o struct{ Metadata objectMeta }
+		if json.Unmarshal(ev.Object, &o) == nil && o.Metadata.ResourceVersion != "" {
+			w.rv = o.Metadata.ResourceVersion
+		}
+	case "ERROR":
+		var st status
+		if err := json.Unmarshal(ev.Object, &st); err != nil {
+			return false, fmt.Errorf("decode watch error: %w", err)
+		}
+		return false, r.error(st, 0)
+	default:
+		w.log.Error("skipping a watch event of unknown type", "type", ev.Type)
+	}
+	return false, nil
 }
 
 // recompute publishes the union of all slices' members after the first list

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,12 +54,13 @@ func withSADir(dir string) Option { return func(o *options) { o.saDir = dir } }
 // ends them.
 func fastTiming() timing {
 	return timing{
-		watchTimeout: func() time.Duration { return time.Minute },
-		watchGrace:   time.Minute,
-		backoffBase:  2 * time.Millisecond,
-		backoffCap:   20 * time.Millisecond,
-		backoffReset: time.Minute,
-		shortWatch:   500 * time.Millisecond,
+		watchTimeout:  func() time.Duration { return time.Minute },
+		watchGrace:    time.Minute,
+		backoffBase:   2 * time.Millisecond,
+		backoffCap:    20 * time.Millisecond,
+		backoffReset:  time.Minute,
+		shortWatch:    500 * time.Millisecond,
+		maxRetryAfter: 2 * time.Second,
 	}
 }
 
@@ -83,6 +86,19 @@ func (l *recLogger) add(s string) {
 	l.lines = append(l.lines, s)
 	l.mu.Unlock()
 	l.t.Log(s)
+}
+
+// count returns the number of lines that contain sub.
+func (l *recLogger) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if strings.Contains(s, sub) {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *recLogger) has(sub string) bool {
@@ -1294,7 +1310,7 @@ func TestDefaultTiming(t *testing.T) {
 	if len(seen) < 50 {
 		t.Errorf("%d distinct watch timeouts in 100, want them random", len(seen))
 	}
-	if tm.backoffBase != 800*time.Millisecond || tm.backoffCap != 30*time.Second || tm.backoffReset != 2*time.Minute || tm.shortWatch != time.Second {
+	if tm.backoffBase != 800*time.Millisecond || tm.backoffCap != 30*time.Second || tm.backoffReset != 2*time.Minute || tm.shortWatch != time.Second || tm.maxRetryAfter != time.Minute {
 		t.Errorf("timing %+v, want client-go's backoff 0.8s to 30s, reset after 2m, short watch 1s", tm)
 	}
 }
@@ -1313,4 +1329,215 @@ func TestBackoff(t *testing.T) {
 	if d := b.next(); d >= 1600*time.Millisecond {
 		t.Errorf("backoff after a quiet spell = %v, want it to start over", d)
 	}
+}
+
+// expire sends an in-stream 410, as the API server does for a compacted
+// resource version: the watcher lists again.
+func expire(w *fakeWatch) {
+	w.send("ERROR", map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old resource version"})
+}
+
+// A Service without EndpointSlices (a misspelt name, or a Service without a
+// selector) is said once, at warning level, naming what to check, and
+// WithOnChange gets the empty set.
+func TestServiceWithoutSlices(t *testing.T) {
+	f := newFakeAPI(t)
+	log := &recLogger{t: t}
+	var changes changeLog
+	ss := start(t, f, WithLogger(log), changes.option())
+	require.Empty(t, addrs(ss))
+	eventually(t, "the empty set", func() bool { return len(changes.all()) == 1 })
+	require.Equal(t, []string{}, changes.all()[0])
+
+	expire(f.waitWatch(1))
+	f.waitWatch(2)
+	require.Len(t, f.requests("list"), 2)
+	warning := "ERROR selector: the Service has no EndpointSlices: check the Service's name and namespace, and that it has a selector: service=memcache namespace=default"
+	require.Equal(t, 1, log.count(warning), "the warning, once in two lists")
+}
+
+// A port that the Service does not have fails NewServerList with ErrNoPort,
+// and is not also logged.
+func TestNoPortNotLogged(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(slice("memcache-a", "IPv4", []fakePort{tcp("metrics", 9150)}, ep("10.0.0.1")))
+	log := &recLogger{t: t}
+	_, err := newServerList(t, f, "memcache:11211", WithLogger(log))
+	require.ErrorIs(t, err, ErrNoPort)
+	require.ErrorContains(t, err, "has no TCP port 11211")
+	require.Zero(t, log.count("has no TCP port"), "the error was logged too")
+}
+
+// Events that arrive together are applied together: one publish for a
+// burst, with no intermediate state.
+func TestBurstIsOneChange(t *testing.T) {
+	f := newFakeAPI(t)
+	log := &recLogger{t: t}
+	ss := start(t, f, WithLogger(log))
+	w := f.waitWatch(1)
+	var burst []string
+	var want []string
+	for i := range 40 {
+		ip := fmt.Sprintf("10.0.1.%d", i+1)
+		b := f.store(v4(fmt.Sprint("memcache-", i), ep(ip)), false)
+		line, err := json.Marshal(map[string]any{"type": "ADDED", "object": json.RawMessage(b)})
+		require.NoError(t, err)
+		burst = append(burst, string(line))
+		want = append(want, ip+":11211")
+	}
+	w.sendRaw(strings.Join(burst, "\n")) // one write
+	slices.Sort(want)
+	waitServers(t, ss, want...)
+	require.Equal(t, 1, log.count("servers changed"), "publishes for a burst of 40 events")
+}
+
+// An event that changes no member (a slice's new resource version alone)
+// is not a change, and costs no recompute.
+func TestNoOpEvent(t *testing.T) {
+	w := newWatcher(nil, watchConfig{target: target{service: "memcache", namespace: "default", port: 11211}})
+	w.slices = map[string][]member{}
+	s := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2"))
+	mk := func(typ string, rv int) event {
+		s.Metadata.ResourceVersion = strconv.Itoa(rv)
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		return event{Type: typ, Object: b}
+	}
+	for _, tc := range []struct {
+		name    string
+		ev      event
+		changed bool
+	}{
+		{"added", mk("ADDED", 1), true},
+		{"modified, same members", mk("MODIFIED", 2), false},
+		{"added again, same members", mk("ADDED", 3), false},
+		{"deleted", mk("DELETED", 4), true},
+		{"deleted again", mk("DELETED", 5), false},
+	} {
+		changed, err := w.apply(tc.ev, request{})
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.changed, changed, tc.name)
+		require.Equal(t, tc.ev.Type == "DELETED", len(w.slices) == 0, tc.name)
+	}
+	require.Equal(t, "5", w.rv)
+}
+
+// Any watch that the server ends within shortWatch backs off, with events
+// or without: a server that closes each watch after one BOOKMARK is not
+// hammered.
+func TestShortWatchWithEventsBacksOff(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	tm := fastTiming()
+	tm.backoffBase, tm.backoffCap = 10*time.Millisecond, 100*time.Millisecond
+	start(t, f, withTiming(tm))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // end each watch after one bookmark
+		defer close(done)
+		for i := 1; ; i++ {
+			w := f.waitWatch(i)
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w.bookmark()
+			w.close()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	n := len(f.requests("watch"))
+	close(stop)
+	f.put(v4("memcache-b", ep("10.0.0.2"))) // so that the goroutine's last waitWatch ends
+	<-done
+	require.LessOrEqual(t, n, 10, "watches in 300 ms; with backoff at most about 6")
+}
+
+// Retry-After is a floor on the backoff, but capped: one answer of a day
+// does not stop discovery for a day.
+func TestRetryAfterCapped(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	tm := fastTiming()
+	tm.maxRetryAfter = 100 * time.Millisecond
+	ss := start(t, f, withTiming(tm))
+	w := f.waitWatch(1)
+	f.failNext("watch", fault{code: 429, reason: "TooManyRequests", message: "slow down", retryAfter: "86400"})
+	barrier(t, w, ss)
+	w.close()
+	rs := f.waitRequests("watch", 3)
+	require.Less(t, rs[2].at.Sub(rs[1].at), 5*time.Second)
+	require.GreaterOrEqual(t, rs[2].at.Sub(rs[1].at), 100*time.Millisecond)
+}
+
+// A LIST item that does not decode is skipped and logged; the others count
+// and the first sync completes.
+func TestBadListItemSkipped(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	f.putRaw("memcache-bad", `{"kind":"EndpointSlice","metadata":{"name":"memcache-bad"},"addressType":"IPv4","endpoints":"not a list"}`)
+	log := &recLogger{t: t}
+	ss := start(t, f, WithLogger(log))
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	require.Equal(t, 1, log.count("skipping a listed object that does not decode"))
+}
+
+// A 200 answer to a LIST that is not the expected list (an empty object, a
+// Status, a list of another kind) is an error: the servers stay.
+func TestListOfWrongKind(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"empty object", `{}`, `kind "" and resource version ""`},
+		{"a Status", `{"kind":"Status","apiVersion":"v1","status":"Success","code":200}`, `kind "Status"`},
+		{"Endpoints on the slices path", `{"kind":"EndpointsList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}`, `kind "EndpointsList"`},
+		{"no resource version", `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{},"items":[]}`, `resource version ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAPI(t)
+			f.put(v4("memcache-a", ep("10.0.0.1")))
+			log := &recLogger{t: t}
+			ss := start(t, f, WithLogger(log))
+			f.answerList(tc.body)
+			expire(f.waitWatch(1))
+			f.waitWatch(2) // after the bad list and a good one
+			require.Len(t, f.requests("list"), 3)
+			require.Equal(t, 1, log.count(tc.want))
+			require.Zero(t, log.count("removed=[10.0.0.1:11211]"), "the servers were emptied")
+			checkServers(t, ss, hostports("10.0.0.1")...)
+			require.True(t, log.has("is WithAPIServer's URL a Kubernetes API server?"))
+		})
+	}
+}
+
+// One 404 from the slices collection and from discovery, as from an API
+// server that is still starting, does not switch to Endpoints.
+func TestTransientNotFound(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	notFound := fault{code: 404, reason: "NotFound", message: "the server could not find the requested resource"}
+	f.failNext("list", notFound)
+	f.failNext("get", notFound)
+	ss := start(t, f)
+	checkServers(t, ss, hostports("10.0.0.1")...)
+	for _, r := range f.requests("list", "watch") {
+		require.Equal(t, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", r.path)
+	}
+}
+
+// More ready endpoints than a ring takes are refused: the servers stay, and
+// the refusal is logged.
+func TestTooManyEndpoints(t *testing.T) {
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	log := &recLogger{t: t}
+	ss := start(t, f, WithLogger(log))
+	var eps []fakeEndpoint
+	for i := range maxMembers + 1 {
+		eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 1+i>>16, i>>8&255, i&255)))
+	}
+	w := f.waitWatch(1)
+	w.apply("ADDED", v4("memcache-big", eps...))
+	eventually(t, "the refusal", func() bool { return log.has("more ready endpoints than a ring takes") })
+	checkServers(t, ss, hostports("10.0.0.1")...)
 }
