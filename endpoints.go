@@ -28,10 +28,11 @@ type decoder struct {
 	mismatch string // why the last object with endpoints had no matching port
 }
 
-// union returns the members of all slices in one IP family, canonical (see
-// canonical), never nil. The same endpoint may be in two slices at once while
-// it moves between them, so members are deduplicated by address, then by
-// identity.
+// union returns the members of all slices in one IP family, each under its
+// identity (see identify), canonical (see canonical), never nil. The same
+// endpoint may be in two slices at once while it moves between them, or in a
+// mirrored slice without its names: members are deduplicated by address,
+// keeping the one with the most names.
 func union(bySlice map[string][]member, family string) []member {
 	all := []member{}
 	for _, ms := range bySlice {
@@ -39,10 +40,74 @@ func union(bySlice map[string][]member, family string) []member {
 	}
 	all = pickFamily(all, family)
 	slices.SortFunc(all, func(a, b member) int {
-		return cmp.Or(strings.Compare(a.addr.str, b.addr.str), strings.Compare(a.id, b.id))
+		ah, ap := splitNames(a.id)
+		bh, bp := splitNames(b.id)
+		return cmp.Or(strings.Compare(a.addr.str, b.addr.str),
+			-cmpBool(ah != "", bh != ""), -cmpBool(ap != "", bp != ""), strings.Compare(a.id, b.id))
 	})
 	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
+	identify(all)
 	return canonical(all)
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// The members decode returns are provisional: the ring identity of an
+// endpoint depends on the Service's other endpoints, so decode keeps the
+// endpoint's names in the id, as hostname "/" pod name (either may be
+// empty; neither can hold a '/'), and identify, after the union of all
+// slices, replaces them with the identity.
+func provisionalID(hostname, pod string) string { return hostname + "/" + pod }
+
+func splitNames(id string) (hostname, pod string) {
+	hostname, pod, _ = strings.Cut(id, "/")
+	return hostname, pod
+}
+
+// identify replaces the provisional ids of ms, one member per address, with
+// identities: name:port, or else ip:port. The name is the hostname (a
+// StatefulSet pod's, which outlives its IP) if no other member has it as
+// hostname or pod name: the pods of a Deployment with spec.hostname and
+// spec.subdomain share one. Else it is the pod name, if no other member has
+// it as pod name, as it has while a slice lists a pod at an old address. A
+// name used is so the only one of its kind among all names, and never an IP
+// address (endpointMember drops those): distinct addresses are always
+// distinct members.
+func identify(ms []member) {
+	names := make(map[string]int, 2*len(ms)) // members with a hostname or pod name
+	pods := make(map[string]int, len(ms))    // members with a pod name
+	for _, m := range ms {
+		h, p := splitNames(m.id)
+		if h != "" {
+			names[h]++
+		}
+		if p != "" && p != h {
+			names[p]++
+		}
+		if p != "" {
+			pods[p]++
+		}
+	}
+	for i, m := range ms {
+		h, p := splitNames(m.id)
+		port := m.addr.str[strings.LastIndexByte(m.addr.str, ':')+1:]
+		switch {
+		case h != "" && names[h] == 1:
+			ms[i].id = h + ":" + port
+		case p != "" && pods[p] == 1:
+			ms[i].id = p + ":" + port
+		default:
+			ms[i].id = m.addr.str
+		}
+	}
 }
 
 // equalMembers reports whether a and b have the same ids at the same
@@ -86,11 +151,7 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 				continue
 			}
 			for _, a := range s.Addresses {
-				name := a.Hostname
-				if name == "" && a.TargetRef != nil && a.TargetRef.Kind == "Pod" {
-					name = a.TargetRef.Name
-				}
-				if m, ok := newMember(a.IP, p, name); ok {
+				if m, ok := endpointMember(a.IP, p, a.Hostname, podName(a.TargetRef)); ok {
 					ms = append(ms, m)
 				}
 			}
@@ -123,33 +184,65 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 		if len(e.Addresses) == 0 || c.Ready != nil && !*c.Ready || c.Serving != nil && !*c.Serving || c.Terminating != nil && *c.Terminating {
 			continue
 		}
-		name := ""
-		if e.Hostname != nil && *e.Hostname != "" {
-			name = *e.Hostname
-		} else if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-			name = e.TargetRef.Name
+		hostname := ""
+		if e.Hostname != nil {
+			hostname = *e.Hostname
 		}
-		if m, ok := newMember(e.Addresses[0], p, name); ok {
+		if m, ok := endpointMember(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
 			ms = append(ms, m)
 		}
 	}
 	return s.Metadata.Name, s.Metadata.ResourceVersion, ms, nil
 }
 
-// newMember returns the member for an endpoint: identity name:port if the
-// endpoint has a stable name, else ip:port. Invalid IPs are skipped, so an
-// empty one never becomes ":11211", which would dial localhost.
-func newMember(ip string, port int, name string) (member, bool) {
+// endpointMember returns the provisional member (see provisionalID) for an
+// endpoint at ip and port, with its hostname and pod name ("" if none).
+// Invalid IPs are skipped, so an empty one never becomes ":11211", which
+// would dial localhost. A name that is an IP address is dropped: as an
+// identity it would be another endpoint's.
+func endpointMember(ip string, port int, hostname, pod string) (member, bool) {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return member{}, false
 	}
-	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
-	id := hostport
-	if name != "" {
-		id = name + ":" + strconv.Itoa(port)
+	if !isName(hostname) {
+		hostname = ""
 	}
-	return member{id: id, addr: &staticAddr{network: "tcp", str: hostport}}, true
+	if !isName(pod) {
+		pod = ""
+	}
+	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
+	return member{id: provisionalID(hostname, pod), addr: &staticAddr{network: "tcp", str: hostport}}, true
+}
+
+// isName reports whether s can be a name in an identity.
+func isName(s string) bool {
+	if s == "" || strings.ContainsRune(s, '/') {
+		return false
+	}
+	_, err := netip.ParseAddr(s)
+	return err != nil
+}
+
+// podName returns the name of the pod ref refers to, or "".
+func podName(ref *objectRef) string {
+	if ref == nil || ref.Kind != "Pod" {
+		return ""
+	}
+	return ref.Name
+}
+
+// newMember returns the member for an endpoint alone in its Service, as
+// union makes it: identity name:port if the endpoint has a name, else
+// ip:port.
+func newMember(ip string, port int, name string) (member, bool) {
+	m, ok := endpointMember(ip, port, name, name)
+	if !ok {
+		return member{}, false
+	}
+	ms := []member{m}
+	identify(ms)
+	return ms[0], true
 }
 
 // port resolves the address's port against one slice's ports: a name
