@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,27 +198,48 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 
 // endpointMember returns the provisional member (see provisionalID) for an
 // endpoint at ip and port, with its hostname and pod name ("" if none).
-// Invalid IPs are skipped, so an empty one never becomes ":11211", which
-// would dial localhost. A name that is an IP address is dropped: as an
-// identity it would be another endpoint's.
+// Invalid or unusable IPs are skipped (see usable), so an empty one never
+// becomes ":11211", which would dial localhost. A name that cannot be an
+// identity is dropped (see isLabel and isSubdomain).
 func endpointMember(ip string, port int, hostname, pod string) (member, bool) {
 	a, err := netip.ParseAddr(ip)
-	if err != nil {
+	if err != nil || !usable(a) || port < 1 || port > 65535 {
 		return member{}, false
 	}
-	if !isName(hostname) {
+	if !isLabel(hostname) {
 		hostname = ""
 	}
-	if !isName(pod) {
+	if !isSubdomain(pod) {
 		pod = ""
 	}
 	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
 	return member{id: provisionalID(hostname, pod), addr: &staticAddr{network: "tcp", str: hostport}}, true
 }
 
-// isName reports whether s can be a name in an identity.
-func isName(s string) bool {
-	if s == "" || strings.ContainsRune(s, '/') {
+// usable reports whether a can be a memcached pod's address: not
+// unspecified, loopback, link-local, multicast or broadcast, and without a
+// zone. The EndpointSlice API rejects most of these; this is defence against
+// a broken API server, whose 0.0.0.0 or 127.0.0.1 would dial the client's own
+// host.
+func usable(a netip.Addr) bool {
+	a = a.Unmap() // ::ffff:127.0.0.1 is loopback too
+	return a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
+		!a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// dns1123Subdomain is Kubernetes' DNS-1123 subdomain, less the length limit.
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// isLabel reports whether a hostname can be an identity: a DNS-1123 label,
+// at most 63 characters, as Kubernetes requires of a pod's hostname.
+func isLabel(s string) bool { return len(s) <= 63 && dns1123Label.MatchString(s) }
+
+// isSubdomain reports whether a pod name can be an identity: a DNS-1123
+// subdomain, at most 253 characters, as Kubernetes requires of a pod's name,
+// that is not an IP address (as an identity it would be another endpoint's).
+// The limits keep a broken API server's megabyte names out of the ring.
+func isSubdomain(s string) bool {
+	if len(s) > maxDNSName || !dns1123Subdomain.MatchString(s) {
 		return false
 	}
 	_, err := netip.ParseAddr(s)
@@ -247,16 +269,19 @@ func newMember(ip string, port int, name string) (member, bool) {
 
 // port resolves the address's port against one slice's ports: a name
 // matches the Service port name, a number the target port. A slice without
-// ports takes a numeric port as it is. No match skips the slice, and says why.
+// ports takes a numeric port as it is. No match skips the slice, and says
+// why; so does a match whose number is outside 1-65535 (ports[].port is an
+// int32 on the wire).
 func (d *decoder) port(ps []port, slice string) (int, bool) {
 	if len(ps) == 0 && d.t.port != 0 {
 		return d.t.port, true
 	}
 	var have []string
 	for _, p := range ps {
-		if p.Port == nil || *p.Port == 0 {
+		if p.Port == nil {
 			continue
 		}
+		n := int(*p.Port)
 		name, proto := "", "TCP"
 		if p.Name != nil {
 			name = *p.Name
@@ -264,10 +289,20 @@ func (d *decoder) port(ps []port, slice string) (int, bool) {
 		if p.Protocol != nil {
 			proto = *p.Protocol
 		}
-		if proto == "TCP" && (d.t.portName != "" && name == d.t.portName || d.t.port != 0 && int(*p.Port) == d.t.port) {
-			return int(*p.Port), true
+		inRange := n >= 1 && n <= 65535
+		if proto == "TCP" && d.t.portName != "" && name == d.t.portName && !inRange {
+			d.mismatch = fmt.Sprintf("service %s/%s has TCP port %q = %d in %s, outside 1-65535: the slice is skipped; check the Service's targetPort",
+				d.t.namespace, d.t.service, name, n, slice)
+			return 0, false
 		}
-		have = append(have, fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), *p.Port, proto))
+		if proto == "TCP" && inRange && (d.t.portName != "" && name == d.t.portName || d.t.port != 0 && n == d.t.port) {
+			return n, true
+		}
+		h := fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), n, proto)
+		if !inRange {
+			h += " (out of range)"
+		}
+		have = append(have, h)
 	}
 	want := strconv.Itoa(d.t.port)
 	if d.t.portName != "" {
