@@ -3,6 +3,7 @@ package selector
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,4 +101,46 @@ func TestParseTarget(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// FuzzParseTarget: parseTarget never panics, and a target it accepts has a
+// valid Service name, namespace and port, and parses back from its parts.
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []struct{ addr, podNS string }{
+		{"memcache:11211", ""},
+		{"memcache-headless:memcache", "prod"},
+		{"memcache.cache.svc.cluster.local.:11211", ""},
+		{"memcache:011211", "Prod"},
+		{"[memcache]:+1", "../x"},
+		{"memcache.cache.svc.cluster_local:memcache-metrics", ""},
+		{"http://memcache:11211", ""},
+	} {
+		f.Add(s.addr, s.podNS)
+	}
+	saDir := f.TempDir()
+	f.Fuzz(func(t *testing.T, addr, podNS string) {
+		getenv := func(k string) string {
+			if k == "POD_NAMESPACE" {
+				return podNS
+			}
+			return ""
+		}
+		got, err := parseTarget(addr, getenv, saDir)
+		if err != nil {
+			return
+		}
+		require.Regexp(t, dns1035Label, got.service)
+		require.Regexp(t, dns1123Label, got.namespace)
+		port := got.portName
+		if got.portName == "" {
+			require.True(t, got.port >= 1 && got.port <= 65535, "port %d", got.port)
+			port = strconv.Itoa(got.port)
+		} else {
+			require.Zero(t, got.port)
+			require.Empty(t, portNameProblem(got.portName))
+		}
+		again, err := parseTarget(got.service+"."+got.namespace+":"+port, getenv, saDir)
+		require.NoError(t, err)
+		require.Equal(t, [4]any{got.service, got.namespace, got.port, got.portName}, [4]any{again.service, again.namespace, again.port, again.portName})
+	})
 }
