@@ -41,16 +41,19 @@ func union(bySlice map[string][]member, family string) []member {
 	}
 	all = pickFamily(all, family)
 	slices.SortFunc(all, func(a, b member) int {
+		if c := strings.Compare(a.addr.str, b.addr.str); c != 0 {
+			return c
+		}
 		ah, ap := splitNames(a.id)
 		bh, bp := splitNames(b.id)
-		return cmp.Or(strings.Compare(a.addr.str, b.addr.str),
-			-cmpBool(ah != "", bh != ""), -cmpBool(ap != "", bp != ""), strings.Compare(a.id, b.id))
+		return cmp.Or(-cmpBool(ah != "", bh != ""), -cmpBool(ap != "", bp != ""), strings.Compare(a.id, b.id))
 	})
 	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
 	identify(all)
 	return canonical(all)
 }
 
+// cmpBool orders false before true.
 func cmpBool(a, b bool) int {
 	switch {
 	case a == b:
