@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,10 +29,11 @@ type decoder struct {
 	mismatch string // why the last object with endpoints had no matching port
 }
 
-// union returns the members of all slices in one IP family, canonical (see
-// canonical), never nil. The same endpoint may be in two slices at once while
-// it moves between them, so members are deduplicated by address, then by
-// identity.
+// union returns the members of all slices in one IP family, each under its
+// identity (see identify), canonical (see canonical), never nil. The same
+// endpoint may be in two slices at once while it moves between them, or in a
+// mirrored slice without its names: members are deduplicated by address,
+// keeping the one with the most names.
 func union(bySlice map[string][]member, family string) []member {
 	all := []member{}
 	for _, ms := range bySlice {
@@ -39,10 +41,77 @@ func union(bySlice map[string][]member, family string) []member {
 	}
 	all = pickFamily(all, family)
 	slices.SortFunc(all, func(a, b member) int {
-		return cmp.Or(strings.Compare(a.addr.str, b.addr.str), strings.Compare(a.id, b.id))
+		if c := strings.Compare(a.addr.str, b.addr.str); c != 0 {
+			return c
+		}
+		ah, ap := splitNames(a.id)
+		bh, bp := splitNames(b.id)
+		return cmp.Or(-cmpBool(ah != "", bh != ""), -cmpBool(ap != "", bp != ""), strings.Compare(a.id, b.id))
 	})
 	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
+	identify(all)
 	return canonical(all)
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// The members decode returns are provisional: the ring identity of an
+// endpoint depends on the Service's other endpoints, so decode keeps the
+// endpoint's names in the id, as hostname "/" pod name (either may be
+// empty; neither can hold a '/'), and identify, after the union of all
+// slices, replaces them with the identity.
+func provisionalID(hostname, pod string) string { return hostname + "/" + pod }
+
+func splitNames(id string) (hostname, pod string) {
+	hostname, pod, _ = strings.Cut(id, "/")
+	return hostname, pod
+}
+
+// identify replaces the provisional ids of ms, one member per address, with
+// identities: name:port, or else ip:port. The name is the hostname (a
+// StatefulSet pod's, which outlives its IP) if no other member has it as
+// hostname or pod name: the pods of a Deployment with spec.hostname and
+// spec.subdomain share one. Else it is the pod name, if no other member has
+// it as pod name, as it has while a slice lists a pod at an old address. A
+// name used is so the only one of its kind among all names, and never an IP
+// address (endpointMember drops those): distinct addresses are always
+// distinct members.
+func identify(ms []member) {
+	names := make(map[string]int, 2*len(ms)) // members with a hostname or pod name
+	pods := make(map[string]int, len(ms))    // members with a pod name
+	for _, m := range ms {
+		h, p := splitNames(m.id)
+		if h != "" {
+			names[h]++
+		}
+		if p != "" && p != h {
+			names[p]++
+		}
+		if p != "" {
+			pods[p]++
+		}
+	}
+	for i, m := range ms {
+		h, p := splitNames(m.id)
+		port := m.addr.str[strings.LastIndexByte(m.addr.str, ':')+1:]
+		switch {
+		case h != "" && names[h] == 1:
+			ms[i].id = h + ":" + port
+		case p != "" && pods[p] == 1:
+			ms[i].id = p + ":" + port
+		default:
+			ms[i].id = m.addr.str
+		}
+	}
 }
 
 // equalMembers reports whether a and b have the same ids at the same
@@ -86,11 +155,7 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 				continue
 			}
 			for _, a := range s.Addresses {
-				name := a.Hostname
-				if name == "" && a.TargetRef != nil && a.TargetRef.Kind == "Pod" {
-					name = a.TargetRef.Name
-				}
-				if m, ok := newMember(a.IP, p, name); ok {
+				if m, ok := endpointMember(a.IP, p, a.Hostname, podName(a.TargetRef)); ok {
 					ms = append(ms, m)
 				}
 			}
@@ -123,47 +188,103 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 		if len(e.Addresses) == 0 || c.Ready != nil && !*c.Ready || c.Serving != nil && !*c.Serving || c.Terminating != nil && *c.Terminating {
 			continue
 		}
-		name := ""
-		if e.Hostname != nil && *e.Hostname != "" {
-			name = *e.Hostname
-		} else if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-			name = e.TargetRef.Name
+		hostname := ""
+		if e.Hostname != nil {
+			hostname = *e.Hostname
 		}
-		if m, ok := newMember(e.Addresses[0], p, name); ok {
+		if m, ok := endpointMember(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
 			ms = append(ms, m)
 		}
 	}
 	return s.Metadata.Name, s.Metadata.ResourceVersion, ms, nil
 }
 
-// newMember returns the member for an endpoint: identity name:port if the
-// endpoint has a stable name, else ip:port. Invalid IPs are skipped, so an
-// empty one never becomes ":11211", which would dial localhost.
-func newMember(ip string, port int, name string) (member, bool) {
+// endpointMember returns the provisional member (see provisionalID) for an
+// endpoint at ip and port, with its hostname and pod name ("" if none).
+// Invalid or unusable IPs are skipped (see usable), so an empty one never
+// becomes ":11211", which would dial localhost. A name that cannot be an
+// identity is dropped (see isLabel and isSubdomain).
+func endpointMember(ip string, port int, hostname, pod string) (member, bool) {
 	a, err := netip.ParseAddr(ip)
-	if err != nil {
+	if err != nil || !usable(a) || port < 1 || port > 65535 {
 		return member{}, false
 	}
-	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
-	id := hostport
-	if name != "" {
-		id = name + ":" + strconv.Itoa(port)
+	if !isLabel(hostname) {
+		hostname = ""
 	}
-	return member{id: id, addr: &staticAddr{network: "tcp", str: hostport}}, true
+	if !isSubdomain(pod) {
+		pod = ""
+	}
+	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
+	return member{id: provisionalID(hostname, pod), addr: &staticAddr{network: "tcp", str: hostport}}, true
+}
+
+// usable reports whether a can be a memcached pod's address: not
+// unspecified, loopback, link-local, multicast or broadcast, and without a
+// zone. The EndpointSlice API rejects most of these; this is defence against
+// a broken API server, whose 0.0.0.0 or 127.0.0.1 would dial the client's own
+// host.
+func usable(a netip.Addr) bool {
+	a = a.Unmap() // ::ffff:127.0.0.1 is loopback too
+	return a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
+		!a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// dns1123Subdomain is Kubernetes' DNS-1123 subdomain, less the length limit.
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// isLabel reports whether a hostname can be an identity: a DNS-1123 label,
+// at most 63 characters, as Kubernetes requires of a pod's hostname.
+func isLabel(s string) bool { return len(s) <= 63 && dns1123Label.MatchString(s) }
+
+// isSubdomain reports whether a pod name can be an identity: a DNS-1123
+// subdomain, at most 253 characters, as Kubernetes requires of a pod's name,
+// that is not an IP address (as an identity it would be another endpoint's).
+// The limits keep a broken API server's megabyte names out of the ring.
+func isSubdomain(s string) bool {
+	if len(s) > maxDNSName || !dns1123Subdomain.MatchString(s) {
+		return false
+	}
+	_, err := netip.ParseAddr(s)
+	return err != nil
+}
+
+// podName returns the name of the pod ref refers to, or "".
+func podName(ref *objectRef) string {
+	if ref == nil || ref.Kind != "Pod" {
+		return ""
+	}
+	return ref.Name
+}
+
+// newMember returns the member for an endpoint alone in its Service, as
+// union makes it: identity name:port if the endpoint has a name, else
+// ip:port.
+func newMember(ip string, port int, name string) (member, bool) {
+	m, ok := endpointMember(ip, port, name, name)
+	if !ok {
+		return member{}, false
+	}
+	ms := []member{m}
+	identify(ms)
+	return ms[0], true
 }
 
 // port resolves the address's port against one slice's ports: a name
 // matches the Service port name, a number the target port. A slice without
-// ports takes a numeric port as it is. No match skips the slice, and says why.
+// ports takes a numeric port as it is. No match skips the slice, and says
+// why; so does a match whose number is outside 1-65535 (ports[].port is an
+// int32 on the wire).
 func (d *decoder) port(ps []port, slice string) (int, bool) {
 	if len(ps) == 0 && d.t.port != 0 {
 		return d.t.port, true
 	}
 	var have []string
 	for _, p := range ps {
-		if p.Port == nil || *p.Port == 0 {
+		if p.Port == nil {
 			continue
 		}
+		n := int(*p.Port)
 		name, proto := "", "TCP"
 		if p.Name != nil {
 			name = *p.Name
@@ -171,10 +292,20 @@ func (d *decoder) port(ps []port, slice string) (int, bool) {
 		if p.Protocol != nil {
 			proto = *p.Protocol
 		}
-		if proto == "TCP" && (d.t.portName != "" && name == d.t.portName || d.t.port != 0 && int(*p.Port) == d.t.port) {
-			return int(*p.Port), true
+		inRange := n >= 1 && n <= 65535
+		if proto == "TCP" && d.t.portName != "" && name == d.t.portName && !inRange {
+			d.mismatch = fmt.Sprintf("service %s/%s has TCP port %q = %d in %s, outside 1-65535: the slice is skipped; check the Service's targetPort",
+				d.t.namespace, d.t.service, name, n, slice)
+			return 0, false
 		}
-		have = append(have, fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), *p.Port, proto))
+		if proto == "TCP" && inRange && (d.t.portName != "" && name == d.t.portName || d.t.port != 0 && n == d.t.port) {
+			return n, true
+		}
+		h := fmt.Sprintf("%s=%d/%s", cmp.Or(name, `""`), n, proto)
+		if !inRange {
+			h += " (out of range)"
+		}
+		have = append(have, h)
 	}
 	want := strconv.Itoa(d.t.port)
 	if d.t.portName != "" {

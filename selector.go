@@ -40,7 +40,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -117,30 +116,21 @@ func (ss *ServerList) Servers() []net.Addr {
 
 // SetServers changes the servers to the given ones, with the contract of
 // memcache.ServerList.SetServers: an address containing a slash is a Unix
-// socket, any other a TCP host:port; if any fails to resolve, nothing
-// changes. Unlike memcache.ServerList, the order does not matter, a repeated
-// server counts once, and a change moves only the keys that must move.
+// socket (but a URL is an error), any other a TCP host:port; if any is
+// malformed or fails to resolve, nothing changes. Unlike memcache.ServerList,
+// the order does not matter, a server given twice (also as 127.0.0.1:011211,
+// or as a host name and its address) counts once, and a change moves only
+// the keys that must move.
 //
-// Each server's identity on the ring is the string given, so a host name
-// keeps its keys when its IP changes. On a ServerList from NewServerList the
-// next discovered change replaces what SetServers set.
+// A TCP server's identity on the ring is its host:port in canonical form (an
+// IP address as net/netip writes it, a host name in lower case, the port as
+// a number), a Unix socket's its path as given; so a host name keeps its keys
+// when its IP changes. On a ServerList from NewServerList the next discovered
+// change replaces what SetServers set.
 func (ss *ServerList) SetServers(servers ...string) error {
-	ms := make([]member, 0, len(servers))
-	for _, s := range servers {
-		var a net.Addr
-		var err error
-		if strings.Contains(s, "/") {
-			a, err = net.ResolveUnixAddr("unix", s)
-		} else {
-			a, err = net.ResolveTCPAddr("tcp", s)
-		}
-		if err != nil {
-			return err
-		}
-		ms = append(ms, member{id: s, addr: newStaticAddr(a)})
-	}
-	if len(ms) > maxMembers {
-		return fmt.Errorf("selector: SetServers: %d servers, more than a ring takes (%d)", len(ms), maxMembers)
+	ms, err := staticMembers(servers)
+	if err != nil {
+		return err
 	}
 	ss.update(ms)
 	return nil
