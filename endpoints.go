@@ -29,28 +29,31 @@ type decoder struct {
 	mismatch string // why the last object with endpoints had no matching port
 }
 
+// endpoint is an eligible endpoint of one slice, before the union of all
+// slices gives it its identity.
+type endpoint struct {
+	addr          string // ip:port, where its connections go
+	hostname, pod string // its names that can be identities, or ""
+}
+
 // union returns the members of all slices in one IP family, each under its
 // identity (see identify), canonical (see canonical), never nil. The same
 // endpoint may be in two slices at once while it moves between them, or in a
-// mirrored slice without its names: members are deduplicated by address,
+// mirrored slice without its names: endpoints are deduplicated by address,
 // keeping the one with the most names.
-func union(bySlice map[string][]member, family string) []member {
-	all := []member{}
-	for _, ms := range bySlice {
-		all = append(all, ms...)
+func union(bySlice map[string][]endpoint, family string) []member {
+	var all []endpoint
+	for _, eps := range bySlice {
+		all = append(all, eps...)
 	}
 	all = pickFamily(all, family)
-	slices.SortFunc(all, func(a, b member) int {
-		if c := strings.Compare(a.addr.str, b.addr.str); c != 0 {
-			return c
-		}
-		ah, ap := splitNames(a.id)
-		bh, bp := splitNames(b.id)
-		return cmp.Or(-cmpBool(ah != "", bh != ""), -cmpBool(ap != "", bp != ""), strings.Compare(a.id, b.id))
+	slices.SortFunc(all, func(a, b endpoint) int {
+		return cmp.Or(strings.Compare(a.addr, b.addr),
+			-cmpBool(a.hostname != "", b.hostname != ""), -cmpBool(a.pod != "", b.pod != ""),
+			strings.Compare(a.hostname, b.hostname), strings.Compare(a.pod, b.pod))
 	})
-	all = slices.CompactFunc(all, func(a, b member) bool { return a.addr.str == b.addr.str })
-	identify(all)
-	return canonical(all)
+	all = slices.CompactFunc(all, func(a, b endpoint) bool { return a.addr == b.addr })
+	return canonical(identify(all))
 }
 
 // cmpBool orders false before true.
@@ -64,54 +67,42 @@ func cmpBool(a, b bool) int {
 	return -1
 }
 
-// The members decode returns are provisional: the ring identity of an
-// endpoint depends on the Service's other endpoints, so decode keeps the
-// endpoint's names in the id, as hostname "/" pod name (either may be
-// empty; neither can hold a '/'), and identify, after the union of all
-// slices, replaces them with the identity.
-func provisionalID(hostname, pod string) string { return hostname + "/" + pod }
-
-func splitNames(id string) (hostname, pod string) {
-	hostname, pod, _ = strings.Cut(id, "/")
-	return hostname, pod
-}
-
-// identify replaces the provisional ids of ms, one member per address, with
-// identities: name:port, or else ip:port. The name is the hostname (a
-// StatefulSet pod's, which outlives its IP) if no other member has it as
+// identify returns the members of eps, one endpoint per address, each under
+// its identity: name:port, or else ip:port. The name is the hostname (a
+// StatefulSet pod's, which outlives its IP) if no other endpoint has it as
 // hostname or pod name: the pods of a Deployment with spec.hostname and
-// spec.subdomain share one. Else it is the pod name, if no other member has
+// spec.subdomain share one. Else it is the pod name, if no other endpoint has
 // it as pod name, as it has while a slice lists a pod at an old address. A
 // name used is so the only one of its kind among all names, and never an IP
-// address (endpointMember drops those): distinct addresses are always
+// address (isSubdomain refuses those): distinct addresses are always
 // distinct members.
-func identify(ms []member) {
-	names := make(map[string]int, 2*len(ms)) // members with a hostname or pod name
-	pods := make(map[string]int, len(ms))    // members with a pod name
-	for _, m := range ms {
-		h, p := splitNames(m.id)
-		if h != "" {
-			names[h]++
+func identify(eps []endpoint) []member {
+	names := make(map[string]int, 2*len(eps)) // endpoints with a hostname or pod name
+	pods := make(map[string]int, len(eps))    // endpoints with a pod name
+	for _, e := range eps {
+		if e.hostname != "" {
+			names[e.hostname]++
 		}
-		if p != "" && p != h {
-			names[p]++
+		if e.pod != "" && e.pod != e.hostname {
+			names[e.pod]++
 		}
-		if p != "" {
-			pods[p]++
+		if e.pod != "" {
+			pods[e.pod]++
 		}
 	}
-	for i, m := range ms {
-		h, p := splitNames(m.id)
-		port := m.addr.str[strings.LastIndexByte(m.addr.str, ':')+1:]
+	ms := make([]member, len(eps))
+	for i, e := range eps {
+		port := e.addr[strings.LastIndexByte(e.addr, ':')+1:]
+		id := e.addr
 		switch {
-		case h != "" && names[h] == 1:
-			ms[i].id = h + ":" + port
-		case p != "" && pods[p] == 1:
-			ms[i].id = p + ":" + port
-		default:
-			ms[i].id = m.addr.str
+		case e.hostname != "" && names[e.hostname] == 1:
+			id = e.hostname + ":" + port
+		case e.pod != "" && pods[e.pod] == 1:
+			id = e.pod + ":" + port
 		}
+		ms[i] = member{id: id, addr: &staticAddr{network: "tcp", str: e.addr}}
 	}
+	return ms
 }
 
 // equalMembers reports whether a and b have the same ids at the same
@@ -120,17 +111,17 @@ func equalMembers(a, b []member) bool {
 	return slices.EqualFunc(a, b, func(x, y member) bool { return x.id == y.id && x.addr.str == y.addr.str })
 }
 
-// pickFamily keeps the members of one IP family: the one asked for, or IPv4
-// if there are any IPv4 members and IPv6 if not. A dual-stack pod is in an
-// IPv4 slice and an IPv6 slice, and must count once.
-func pickFamily(ms []member, family string) []member {
+// pickFamily keeps the endpoints of one IP family: the one asked for, or
+// IPv4 if there are any IPv4 endpoints and IPv6 if not. A dual-stack pod is
+// in an IPv4 slice and an IPv6 slice, and must count once.
+func pickFamily(eps []endpoint, family string) []endpoint {
 	if family == "" {
 		family = "IPv6"
-		if slices.ContainsFunc(ms, func(m member) bool { return isIPv4(m.addr.str) }) {
+		if slices.ContainsFunc(eps, func(e endpoint) bool { return isIPv4(e.addr) }) {
 			family = "IPv4"
 		}
 	}
-	return slices.DeleteFunc(ms, func(m member) bool { return isIPv4(m.addr.str) != (family == "IPv4") })
+	return slices.DeleteFunc(eps, func(e endpoint) bool { return isIPv4(e.addr) != (family == "IPv4") })
 }
 
 func isIPv4(hostport string) bool {
@@ -139,8 +130,8 @@ func isIPv4(hostport string) bool {
 }
 
 // decode turns an EndpointSlice or Endpoints object into its name, resource
-// version and eligible members.
-func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err error) {
+// version and eligible endpoints.
+func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", "", nil, errors.New("no object")
 	}
@@ -155,12 +146,12 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 				continue
 			}
 			for _, a := range s.Addresses {
-				if m, ok := endpointMember(a.IP, p, a.Hostname, podName(a.TargetRef)); ok {
-					ms = append(ms, m)
+				if e, ok := newEndpoint(a.IP, p, a.Hostname, podName(a.TargetRef)); ok {
+					eps = append(eps, e)
 				}
 			}
 		}
-		return e.Metadata.Name, e.Metadata.ResourceVersion, ms, nil
+		return e.Metadata.Name, e.Metadata.ResourceVersion, eps, nil
 	}
 
 	var s endpointSlice
@@ -192,22 +183,21 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, ms []member, err
 		if e.Hostname != nil {
 			hostname = *e.Hostname
 		}
-		if m, ok := endpointMember(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
-			ms = append(ms, m)
+		if e, ok := newEndpoint(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
+			eps = append(eps, e)
 		}
 	}
-	return s.Metadata.Name, s.Metadata.ResourceVersion, ms, nil
+	return s.Metadata.Name, s.Metadata.ResourceVersion, eps, nil
 }
 
-// endpointMember returns the provisional member (see provisionalID) for an
-// endpoint at ip and port, with its hostname and pod name ("" if none).
-// Invalid or unusable IPs are skipped (see usable), so an empty one never
-// becomes ":11211", which would dial localhost. A name that cannot be an
-// identity is dropped (see isLabel and isSubdomain).
-func endpointMember(ip string, port int, hostname, pod string) (member, bool) {
+// newEndpoint returns the endpoint at ip and port, with its hostname and
+// pod name ("" if none). Invalid or unusable IPs are skipped (see usable), so
+// an empty one never becomes ":11211", which would dial localhost. A name
+// that cannot be an identity is dropped (see isLabel and isSubdomain).
+func newEndpoint(ip string, port int, hostname, pod string) (endpoint, bool) {
 	a, err := netip.ParseAddr(ip)
 	if err != nil || !usable(a) || port < 1 || port > 65535 {
-		return member{}, false
+		return endpoint{}, false
 	}
 	if !isLabel(hostname) {
 		hostname = ""
@@ -215,8 +205,7 @@ func endpointMember(ip string, port int, hostname, pod string) (member, bool) {
 	if !isSubdomain(pod) {
 		pod = ""
 	}
-	hostport := net.JoinHostPort(a.String(), strconv.Itoa(port))
-	return member{id: provisionalID(hostname, pod), addr: &staticAddr{network: "tcp", str: hostport}}, true
+	return endpoint{addr: net.JoinHostPort(a.String(), strconv.Itoa(port)), hostname: hostname, pod: pod}, true
 }
 
 // usable reports whether a can be a memcached pod's address: not
@@ -255,19 +244,6 @@ func podName(ref *objectRef) string {
 		return ""
 	}
 	return ref.Name
-}
-
-// newMember returns the member for an endpoint alone in its Service, as
-// union makes it: identity name:port if the endpoint has a name, else
-// ip:port.
-func newMember(ip string, port int, name string) (member, bool) {
-	m, ok := endpointMember(ip, port, name, name)
-	if !ok {
-		return member{}, false
-	}
-	ms := []member{m}
-	identify(ms)
-	return ms[0], true
 }
 
 // port resolves the address's port against one slice's ports: a name

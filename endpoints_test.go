@@ -301,11 +301,11 @@ func FuzzDecodeSlice(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, m := range ms {
-			checkAddr(t, m.addr)
+		for _, e := range ms {
+			checkAddr(t, &staticAddr{network: "tcp", str: e.addr})
 		}
 		ids, as := map[string]bool{}, map[string]bool{}
-		for _, m := range union(map[string][]member{name: ms}, "") {
+		for _, m := range union(map[string][]endpoint{name: ms}, "") {
 			ap := checkAddr(t, m.addr)
 			require.False(t, ids[m.id], "identity %q twice", m.id)
 			require.False(t, as[m.addr.str], "address %q twice", m.addr.str)

@@ -358,13 +358,13 @@ func qRestart(t *testing.T, sz qualitySize, gen *qIDs, rng *rand.Rand) quality.R
 // qPodMembers returns the members the watcher makes of pods: identity
 // hostname:port, dialled at ip:port.
 func qPodMembers(t *testing.T, pods []quality.Pod) []member {
-	ms := make([]member, len(pods))
+	eps := make([]endpoint, len(pods))
 	for i, p := range pods {
-		m, ok := newMember(p.IP, 11211, p.Host)
+		e, ok := newEndpoint(p.IP, 11211, p.Host, p.Host)
 		require.True(t, ok, "pod IP %s", p.IP)
-		ms[i] = m
+		eps[i] = e
 	}
-	return ms
+	return identify(eps)
 }
 
 func qPodIPs(pods []quality.Pod) []string {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -83,9 +84,9 @@ type watcher struct {
 	stats  stats
 	warned bool // about a Service without EndpointSlices
 
-	slices    map[string][]member // eligible members per slice (or Endpoints) name
-	rv        string              // the last resource version seen
-	listRV    string              // the resource version of the next LIST
+	slices    map[string][]endpoint // eligible endpoints per slice (or Endpoints) name
+	rv        string                // the last resource version seen
+	listRV    string                // the resource version of the next LIST
 	needList  bool
 	lists     int // successful LISTs
 	expiries  int // expired lists and watches in a row
@@ -275,15 +276,15 @@ func (w *watcher) list(ctx context.Context) error {
 		w.stats.relisted()
 	}
 
-	state := make(map[string][]member, len(l.Items))
+	state := make(map[string][]endpoint, len(l.Items))
 	w.dec.mismatch = ""
 	for _, raw := range l.Items {
-		name, _, ms, err := w.dec.decode(raw)
+		name, _, eps, err := w.dec.decode(raw)
 		if err != nil {
 			w.log.Error("skipping a listed object that does not decode", keyError, err.Error())
 			continue
 		}
-		state[name] = ms
+		state[name] = eps
 	}
 	w.slices, w.rv = state, l.Metadata.ResourceVersion
 	w.stats.heard()
@@ -388,7 +389,7 @@ func (w *watcher) watch(ctx context.Context, established func()) error {
 func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 	switch ev.Type {
 	case "ADDED", "MODIFIED", "DELETED":
-		name, rv, ms, err := w.dec.decode(ev.Object)
+		name, rv, eps, err := w.dec.decode(ev.Object)
 		if err != nil {
 			w.log.Error("skipping a watch event that does not decode", "type", ev.Type, keyError, err.Error())
 			return false, nil
@@ -399,8 +400,8 @@ func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 		case ev.Type == "DELETED":
 			delete(w.slices, name)
 			return had, nil
-		case !had || !equalMembers(old, ms):
-			w.slices[name] = ms
+		case !had || !slices.Equal(old, eps):
+			w.slices[name] = eps
 			return true, nil
 		}
 	case "BOOKMARK":

@@ -1395,7 +1395,7 @@ func TestBurstIsOneChange(t *testing.T) {
 // is not a change, and costs no recompute.
 func TestNoOpEvent(t *testing.T) {
 	w := newWatcher(nil, watchConfig{target: target{service: "memcache", namespace: "default", port: 11211}})
-	w.slices = map[string][]member{}
+	w.slices = map[string][]endpoint{}
 	s := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2"))
 	mk := func(typ string, rv int) event {
 		s.Metadata.ResourceVersion = strconv.Itoa(rv)
