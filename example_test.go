@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -80,4 +81,27 @@ func ExampleServerList_SetServers() {
 	// Output:
 	// [10.0.0.1:11211 10.0.0.2:11211 10.0.0.3:11211 10.0.0.4:11211]
 	// moved to the new server: 24%, to others: 0
+}
+
+// A readiness check and a health endpoint from the ServerList's own state,
+// without a metrics dependency.
+func ExampleServerList_Stats() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, err := selector.NewServerList(ctx, "memcache-headless:11211", selector.WithWaitForServers())
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer ss.Close()
+
+	http.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ss.HasSynced() {
+			http.Error(w, "memcached servers not discovered yet", http.StatusServiceUnavailable)
+		}
+	})
+	http.HandleFunc("/debug/memcache", func(w http.ResponseWriter, r *http.Request) {
+		s := ss.Stats()
+		fmt.Fprintf(w, "servers %d, last sync %s ago, relists %d, watch restarts %d, last error %v\n",
+			len(s.Servers), time.Since(s.LastSync).Round(time.Second), s.Relists, s.WatchRestarts, s.LastError)
+	})
 }

@@ -28,9 +28,20 @@
 //
 // Each member has [DefaultPointsPerServer] points on the ring, placed by the
 // xxhash of its identity. The identity of a StatefulSet pod is its hostname,
-// so a pod that restarts with a new IP keeps its keys; other endpoints are
-// identified by pod name, or by IP and port. Every process that sees the same
-// members routes every key to the same server.
+// so a pod that restarts with a new IP keeps its keys; other endpoints, and
+// pods that share a hostname, are identified by pod name, or by IP and port.
+// Every process that sees the same members routes every key to the same
+// server.
+//
+// # Logs and state
+//
+// The ServerList logs server changes at info level, a Service without
+// EndpointSlices as a warning, and discovery errors at error level, each
+// error at most once a minute: to slog.Default by default, as structured
+// records with [WithSlog], or as lines with [WithLogger]. [ServerList.Stats]
+// and [ServerList.HasSynced] report the state of discovery, and
+// [WithOnChange] each new server set, for metrics and health checks of
+// your own.
 package selector
 
 import (

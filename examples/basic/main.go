@@ -1,5 +1,5 @@
-// Command basic is the README's program: it finds the memcached pods behind
-// a headless Service and uses them as one cache.
+// Command basic finds the memcached pods behind a headless Service, stores
+// one key through them and reads it back, saying which pod holds it.
 //
 // Run it in a pod whose service account has the Role in
 // ../kubernetes/rbac.yaml, or outside a cluster through kubectl proxy:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -10,7 +11,11 @@ import (
 )
 
 func main() {
-	ss, err := selector.NewServerList(context.Background(), "memcache-headless:11211")
+	// The context bounds the first sync: without a deadline, an API server
+	// that cannot be reached is retried for ever.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, err := selector.NewServerList(ctx, "memcache-headless:11211")
 	if err != nil {
 		log.Fatalf("creating server selector: %v", err)
 	}
