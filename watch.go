@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -79,6 +80,7 @@ const (
 type watcher struct {
 	watchConfig
 	c      *client
+	res    resource
 	dec    decoder
 	phase  phase
 	stats  stats
@@ -99,11 +101,20 @@ func newWatcher(c *client, cfg watchConfig) *watcher {
 	if cfg.timing.watchTimeout == nil {
 		cfg.timing = defaultTiming()
 	}
-	return &watcher{
-		watchConfig: cfg, c: c, dec: decoder{t: cfg.target, legacy: cfg.legacy},
+	w := &watcher{
+		watchConfig: cfg, c: c, dec: decoder{t: cfg.target},
 		listRV:   "0", // the first list may come from the API server's cache
 		needList: true, backoff: backoff{timing: cfg.timing},
 	}
+	w.use(cfg.legacy)
+	return w
+}
+
+// use makes the watcher list and watch EndpointSlices, or if legacy core/v1
+// Endpoints: the one place that chooses.
+func (w *watcher) use(legacy bool) {
+	w.res = resourceFor(w.target, legacy)
+	w.dec.legacy = legacy
 }
 
 // verdict is what the watcher does after a LIST or a WATCH ends.
@@ -226,27 +237,45 @@ func (w *watcher) sleep(ctx context.Context, err error) {
 	}
 }
 
-func (w *watcher) path() (string, request) {
-	if w.dec.legacy {
-		return "/api/v1/namespaces/" + w.target.namespace + "/endpoints", request{resource: "endpoints", namespace: w.target.namespace}
-	}
-	return "/apis/discovery.k8s.io/v1/namespaces/" + w.target.namespace + "/endpointslices",
-		request{resource: "endpointslices.discovery.k8s.io", namespace: w.target.namespace}
+// resource is what a watcher lists and watches: the Service's
+// EndpointSlices, or on old clusters its core/v1 Endpoints. It is chosen
+// once, and again only if the watcher falls back.
+type resource struct {
+	path     string     // the collection
+	req      request    // names it in errors
+	selector url.Values // the Service's objects in it
+	listKind string     // the kind of a LIST's answer
+	noun     string     // for messages
+	legacy   bool       // core/v1 Endpoints
 }
 
-func (w *watcher) query() url.Values {
-	if w.dec.legacy {
-		return url.Values{"fieldSelector": {"metadata.name=" + w.target.service}}
+func resourceFor(t target, legacy bool) resource {
+	if legacy {
+		return resource{
+			path:     "/api/v1/namespaces/" + t.namespace + "/endpoints",
+			req:      request{resource: "endpoints", namespace: t.namespace},
+			selector: url.Values{"fieldSelector": {"metadata.name=" + t.service}},
+			listKind: "EndpointsList", noun: "Endpoints", legacy: true,
+		}
 	}
-	return url.Values{"labelSelector": {"kubernetes.io/service-name=" + w.target.service}}
+	return resource{
+		path:     "/apis/discovery.k8s.io/v1/namespaces/" + t.namespace + "/endpointslices",
+		req:      request{resource: "endpointslices.discovery.k8s.io", namespace: t.namespace},
+		selector: url.Values{"labelSelector": {"kubernetes.io/service-name=" + t.service}},
+		listKind: "EndpointSliceList", noun: "EndpointSlices",
+	}
 }
 
-// listKind is the kind a LIST must answer with.
-func (w *watcher) listKind() string {
-	if w.dec.legacy {
-		return "EndpointsList"
+// request returns the request for verb, and its query: the selector and
+// the given parameters.
+func (r resource) request(verb string, params ...string) (request, url.Values) {
+	req := r.req
+	req.verb = verb
+	q := maps.Clone(r.selector)
+	for i := 0; i+1 < len(params); i += 2 {
+		q.Set(params[i], params[i+1])
 	}
-	return "EndpointSliceList"
+	return req, q
 }
 
 // list replaces the state with a LIST at w.listRV ("0": any, from the
@@ -254,23 +283,20 @@ func (w *watcher) listKind() string {
 // published too: unlike an error, it is the truth. An item that does not
 // decode is skipped and logged, as a bad watch event is.
 func (w *watcher) list(ctx context.Context) error {
-	path, r := w.path()
-	r.verb = "list"
-	q := w.query()
-	q.Set("resourceVersion", w.listRV)
+	r, q := w.res.request("list", "resourceVersion", w.listRV)
 	var l objectList
-	err := w.c.list(ctx, path, q, r, &l)
+	err := w.c.list(ctx, w.res.path, q, r, &l)
 	var e *APIError
-	if errors.As(err, &e) && e.StatusCode == http.StatusNotFound && !w.dec.legacy {
+	if errors.As(err, &e) && e.StatusCode == http.StatusNotFound && !w.res.legacy {
 		return w.fallback(ctx, err)
 	}
 	w.notServed = 0
 	if err != nil {
 		return err
 	}
-	if l.Kind != w.listKind() || l.Metadata.ResourceVersion == "" {
+	if l.Kind != w.res.listKind || l.Metadata.ResourceVersion == "" {
 		return fmt.Errorf("the API server answered a LIST of %s with kind %q and resource version %q, not a %s: is WithAPIServer's URL a Kubernetes API server?",
-			r.resource, l.Kind, l.Metadata.ResourceVersion, w.listKind())
+			r.resource, l.Kind, l.Metadata.ResourceVersion, w.res.listKind)
 	}
 	if w.lists++; w.lists > 1 {
 		w.stats.relisted()
@@ -290,20 +316,13 @@ func (w *watcher) list(ctx context.Context) error {
 	w.stats.heard()
 	if len(l.Items) == 0 && !w.warned {
 		w.warned = true
-		w.log.Warn(fmt.Sprintf("the Service has no %s: check the Service's name and namespace, and that it has a selector", w.resourceNoun()))
+		w.log.Warn(fmt.Sprintf("the Service has no %s: check the Service's name and namespace, and that it has a selector", w.res.noun))
 	}
 	if w.phase == starting && w.dec.mismatch != "" && len(union(w.slices, w.family)) == 0 {
 		return fmt.Errorf("%w: %s", ErrNoPort, w.dec.mismatch)
 	}
 	w.recompute()
 	return nil
-}
-
-func (w *watcher) resourceNoun() string {
-	if w.dec.legacy {
-		return "Endpoints"
-	}
-	return "EndpointSlices"
 }
 
 // fallback handles a 404 on the EndpointSlice collection, which means the
@@ -322,7 +341,8 @@ func (w *watcher) fallback(ctx context.Context, notFound error) error {
 		return fmt.Errorf("the API server does not serve discovery.k8s.io/v1 (%d of %d checks before watching core/v1 Endpoints)", w.notServed, fallbackChecks)
 	}
 	w.log.Info("the API server does not serve discovery.k8s.io/v1 EndpointSlices; watching core/v1 Endpoints")
-	w.dec.legacy, w.notServed = true, 0
+	w.use(true)
+	w.notServed = 0
 	return errFallback
 }
 
@@ -336,16 +356,12 @@ func (w *watcher) watch(ctx context.Context, established func()) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout+w.timing.watchGrace)
 	defer cancel()
 
-	path, r := w.path()
-	r.verb = "watch"
-	q := w.query()
-	q.Set("resourceVersion", w.rv)
-	q.Set("allowWatchBookmarks", "true")
-	q.Set("timeoutSeconds", strconv.Itoa(max(1, int(timeout.Seconds()))))
+	r, q := w.res.request("watch", "resourceVersion", w.rv, "allowWatchBookmarks", "true",
+		"timeoutSeconds", strconv.Itoa(max(1, int(timeout.Seconds()))))
 	if w.phase == synced {
 		w.stats.rewatched()
 	}
-	s, err := w.c.watch(ctx, path, q, r)
+	s, err := w.c.watch(ctx, w.res.path, q, r)
 	if err != nil {
 		return err
 	}
