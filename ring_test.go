@@ -267,3 +267,38 @@ func TestRingMerge(t *testing.T) {
 	require.Equal(t, []uint64{1, 5, 5, 9, 9, 12, math.MaxUint64}, hashes)
 	require.Equal(t, []uint32{0, 2, 3, 2, 3, 4}, owners)
 }
+
+// FuzzRingRebuild: a ring rebuilt from any previous ring is the ring built
+// from scratch, and every key's owner is the first point at or after it.
+func FuzzRingRebuild(f *testing.F) {
+	f.Add([]byte{1, 2, 3}, []byte{2, 3, 4}, uint8(10))
+	f.Add([]byte{0}, []byte{}, uint8(1))
+	f.Add([]byte{5, 5, 6}, []byte{6, 7, 7, 8}, uint8(200))
+	f.Fuzz(func(t *testing.T, from, to []byte, points uint8) {
+		ids := func(b []byte) []member {
+			var ms []member
+			for _, x := range b {
+				ms = append(ms, member{id: fmt.Sprintf("pod-%d:11211", x), addr: &staticAddr{network: "tcp", str: fmt.Sprintf("10.0.0.%d:11211", x)}})
+			}
+			return canonical(ms)
+		}
+		p := int(points%50) + 1
+		old := newRing(ids(from), p)
+		got := old.rebuild(ids(to), p)
+		want := newRing(ids(to), p)
+		if want == nil {
+			require.Nil(t, got)
+			return
+		}
+		require.Equal(t, want.hashes, got.hashes)
+		require.Equal(t, want.owners, got.owners)
+		require.Equal(t, want.table, got.table)
+		for _, h := range []uint64{0, math.MaxUint64, want.hashes[0], want.hashes[len(want.hashes)-1] + 1} {
+			i := sort.Search(len(want.hashes), func(i int) bool { return want.hashes[i] >= h })
+			if i == len(want.hashes) {
+				i = 0
+			}
+			require.Equal(t, want.members[want.owners[i]].id, got.pick(h).id)
+		}
+	})
+}
