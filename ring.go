@@ -70,9 +70,14 @@ const (
 	maxTable      = 1 << 21    // buckets at most: 8 MB
 	sortGroupBits = 8          // the sort's first round makes 2^8 groups
 	maxPoints     = 100000     // per member; with maxMembers, keeps point indexes below ownerFlag
-	maxMembers    = 10000      // per ring, so that a broken API server cannot exhaust memory
+	maxMembers    = 10000      // per ring, and maxRingPoints in all, so that a broken API
+	maxRingPoints = 1 << 24    // server cannot exhaust memory: a ring keeps 12 bytes a point
 	gone          = ^uint32(0) // in merge, the new index of a member that left
 )
+
+// maxMembersFor returns the most members a ring of the given points per
+// member takes.
+func maxMembersFor(points int) int { return min(maxMembers, maxRingPoints/max(points, 1)) }
 
 // newRing builds a ring over ms with the given points per member. ms must be
 // sorted by id without duplicate ids (see canonical). It returns nil for an

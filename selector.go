@@ -143,20 +143,26 @@ func (ss *ServerList) SetServers(servers ...string) error {
 	if err != nil {
 		return err
 	}
-	ss.update(ms)
+	if _, _, err := ss.update(ms); err != nil {
+		return fmt.Errorf("selector: SetServers: %w", err)
+	}
 	return nil
 }
 
 // update publishes a ring over ms and reports which server addresses it
-// added and removed. It reuses the previous ring's address values, so that
+// added and removed; more members than a ring takes (see maxMembersFor) are
+// an error, and change nothing. It reuses the previous ring's address values, so that
 // PickServer returns the same net.Addr for a server across changes (gomemcache
 // batches GetMulti by net.Addr), and the previous ring's points: all of them
 // when only addresses changed, else those of the members that stay.
-func (ss *ServerList) update(ms []member) (added, removed []string) {
+func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 
 	ms = canonical(ms)
+	if max := maxMembersFor(ss.pointsPerServer()); len(ms) > max {
+		return nil, nil, fmt.Errorf("%d servers, more than a ring of %d points a server takes (%d)", len(ms), ss.pointsPerServer(), max)
+	}
 	old := ss.ring.Load()
 	var oldAddrs map[string]*staticAddr
 	if old != nil {
@@ -175,7 +181,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string) {
 	sameIDs := old.sameIDs(ms)
 	switch {
 	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr }):
-		return nil, nil
+		return nil, nil, nil
 	case sameIDs:
 		r = old.withMembers(ms)
 	default:
@@ -198,7 +204,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string) {
 		}
 	}
 	slices.Sort(removed)
-	return added, removed
+	return added, removed, nil
 }
 
 func (ss *ServerList) pointsPerServer() int {
@@ -262,7 +268,7 @@ func startDiscovery(ctx context.Context, addr string, opt []Option) (*ServerList
 	}
 	ss := &ServerList{points: o.points, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
 	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log,
-		publish: func(ms []member) { ss.publish(ms, log) }})
+		publish: func(ms []member) error { return ss.publish(ms, log) }})
 
 	// The watch outlives ctx: it keeps ctx's values but not its cancellation
 	// or deadline, and stops on Close.
@@ -297,11 +303,15 @@ func startDiscovery(ctx context.Context, addr string, opt []Option) (*ServerList
 }
 
 // publish makes ms, from discovery, the servers, logs the change and signals
-// the change hook. The first set is always signalled, even if empty.
-func (ss *ServerList) publish(ms []member, log *slog.Logger) {
+// the change hook. The first set is always signalled, even if empty. A set
+// that update refuses is returned as an error.
+func (ss *ServerList) publish(ms []member, log *slog.Logger) error {
+	added, removed, err := ss.update(ms)
+	if err != nil {
+		return err
+	}
 	first := !ss.discovered
 	ss.discovered = true
-	added, removed := ss.update(ms)
 	n := len(ss.Servers())
 	if added != nil || removed != nil {
 		log.Info("servers changed", keyServers, n, keyAdded, added, keyRemoved, removed)
@@ -319,6 +329,7 @@ func (ss *ServerList) publish(ms []member, log *slog.Logger) {
 		default: // a notification is already pending; it will see these servers
 		}
 	}
+	return nil
 }
 
 // notify calls f with the current servers after every change, until ctx is

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,14 +113,16 @@ func TestUpdateKeepsRing(t *testing.T) {
 
 	ms := members("memcache-0:11211", "memcache-1:11211")
 	ms[1].addr = &staticAddr{network: "tcp", str: "10.0.0.9:11211"}
-	added, removed := ss.update(ms)
+	added, removed, err := ss.update(ms)
+	require.NoError(t, err)
 	require.Equal(t, []string{"10.0.0.9:11211"}, added)
 	require.Equal(t, []string{"memcache-1:11211"}, removed)
 	after := ss.ring.Load()
 	require.NotSame(t, before, after)
 	require.Same(t, &before.hashes[0], &after.hashes[0], "the points were rebuilt")
 
-	added, removed = ss.update(ms)
+	added, removed, err = ss.update(ms)
+	require.NoError(t, err)
 	require.Nil(t, added)
 	require.Nil(t, removed)
 	require.Same(t, after, ss.ring.Load(), "an unchanged set published a new ring")
@@ -402,3 +405,21 @@ func (h closingHandler) Enabled(context.Context, slog.Level) bool  { return true
 func (h closingHandler) Handle(context.Context, slog.Record) error { h.close(); return nil }
 func (h closingHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
 func (h closingHandler) WithGroup(string) slog.Handler             { return h }
+
+// A ring takes at most maxMembers members, and maxRingPoints points in all:
+// more are an error, and the servers stay.
+func TestTooManyServers(t *testing.T) {
+	var ss ServerList
+	require.NoError(t, ss.SetServers("10.0.0.1:11211"))
+	ms := make([]member, maxMembers+1)
+	for i := range ms {
+		ms[i] = member{id: strconv.Itoa(i), addr: &staticAddr{network: "tcp", str: strconv.Itoa(i)}}
+	}
+	_, _, err := ss.update(ms)
+	require.ErrorContains(t, err, "10001 servers, more than a ring of 1500 points a server takes (10000)")
+	require.Equal(t, []string{"10.0.0.1:11211"}, addrStrings(ss.Servers()))
+
+	big := ServerList{points: maxPoints}
+	_, _, err = big.update(ms[:maxRingPoints/maxPoints+1])
+	require.ErrorContains(t, err, "168 servers, more than a ring of 100000 points a server takes (167)")
+}

@@ -35,7 +35,7 @@ func staticMembers(servers []string) ([]member, error) {
 			ids = append(ids, id)
 		}
 	}
-	if len(ids) > maxMembers {
+	if len(ids) > maxMembers { // before resolving them all
 		return nil, fmt.Errorf("selector: SetServers: %d servers, more than a ring takes (%d)", len(ids), maxMembers)
 	}
 

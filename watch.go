@@ -37,7 +37,7 @@ type watchConfig struct {
 	family  string // "IPv4", "IPv6" or "" for either
 	timing  timing
 	log     *slog.Logger
-	publish func(ms []member) // the members after a change, and after the first list
+	publish func(ms []member) error // the members after a change, and after the first list
 }
 
 // phase is where a watcher is in its life.
@@ -411,18 +411,16 @@ func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 }
 
 // recompute publishes the union of all slices' members after the first list
-// and after every change. A set over maxMembers is refused: the ring keeps
-// the last set.
+// and after every change. A set that publish refuses (too many members) is
+// logged, and the ring keeps the last set.
 func (w *watcher) recompute() {
 	all := union(w.slices, w.family)
 	if w.published != nil && equalMembers(all, w.published) {
 		return
 	}
-	if len(all) > maxMembers {
-		w.log.Error(fmt.Sprintf("the Service has more ready endpoints than a ring takes (%d); keeping the servers", maxMembers),
-			"endpoints", len(all), keyServers, len(w.published))
+	if err := w.publish(all); err != nil {
+		w.log.Error("refusing the Service's endpoints; keeping the servers", keyError, err.Error(), keyServers, len(w.published))
 		return
 	}
 	w.published = all
-	w.publish(all)
 }

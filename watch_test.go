@@ -1538,6 +1538,6 @@ func TestTooManyEndpoints(t *testing.T) {
 	}
 	w := f.waitWatch(1)
 	w.apply("ADDED", v4("memcache-big", eps...))
-	eventually(t, "the refusal", func() bool { return log.has("more ready endpoints than a ring takes") })
+	eventually(t, "the refusal", func() bool { return log.has("refusing the Service's endpoints; keeping the servers") })
 	checkServers(t, ss, hostports("10.0.0.1")...)
 }
