@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // fakeAPI is a fake Kubernetes API server that speaks the wire format the
@@ -109,9 +111,7 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	f.StartTLS()
 	f.caFile = filepath.Join(t.TempDir(), "ca.crt")
 	pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
-	if err := os.WriteFile(f.caFile, pemCert, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(f.caFile, pemCert, 0o600))
 	return f
 }
 
@@ -152,9 +152,7 @@ func (f *fakeAPI) store(o fakeObject, del bool) json.RawMessage {
 	m := o.meta()
 	m.ResourceVersion = strconv.Itoa(f.rv)
 	b, err := json.Marshal(o)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	require.NoError(f.t, err)
 	key := o.resource() + "/" + m.Namespace + "/" + m.Name
 	if del {
 		delete(f.objs, key)
@@ -449,9 +447,7 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request) {
 func (w *fakeWatch) send(typ string, obj any) {
 	w.f.t.Helper()
 	b, err := json.Marshal(map[string]any{"type": typ, "object": obj})
-	if err != nil {
-		w.f.t.Fatal(err)
-	}
+	require.NoError(w.f.t, err)
 	w.sendRaw(string(b))
 }
 

@@ -139,9 +139,8 @@ func TestRingPick(t *testing.T) {
 				probes = append(probes, rng.Uint64())
 			}
 			for _, h := range probes {
-				if got, want := r.pick(h), &r.members[ref(h)]; got != want {
-					t.Fatalf("pick(%#x) = %s, want %s", h, got.id, want.id)
-				}
+				got, want := r.pick(h), &r.members[ref(h)]
+				require.Same(t, want, got, "pick(%#x) = %s, want %s", h, got.id, want.id)
 			}
 		})
 	}

@@ -26,7 +26,7 @@ func TestZeroServerList(t *testing.T) {
 	_, err := ss.PickServer("k")
 	require.ErrorIs(t, err, ErrNoServers)
 	require.ErrorIs(t, err, memcache.ErrNoServers)
-	require.NoError(t, ss.Each(func(net.Addr) error { t.Fatal("Each called f on an empty list"); return nil }))
+	require.NoError(t, ss.Each(func(net.Addr) error { require.Fail(t, "Each called f on an empty list"); return nil }))
 	require.Empty(t, ss.Servers())
 	require.NoError(t, ss.Close())
 	require.NoError(t, ss.Close())
@@ -386,7 +386,7 @@ func TestCloseFromCallback(t *testing.T) {
 			select {
 			case <-closed:
 			case <-time.After(waitFor):
-				t.Fatal("Close called from the callback did not return")
+				require.Fail(t, "Close called from the callback did not return")
 			}
 			checkNoLeaks(t, before)
 			require.NoError(t, s.Close(), "a second Close")

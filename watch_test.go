@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -111,9 +111,7 @@ func (l *recLogger) has(sub string) bool {
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
 	return p
 }
 
@@ -143,9 +141,7 @@ func newServerList(t *testing.T, f *fakeAPI, addr string, opts ...Option) (*Serv
 func start(t *testing.T, f *fakeAPI, opts ...Option) *ServerList {
 	t.Helper()
 	ss, err := newServerList(t, f, "memcache:11211", opts...)
-	if err != nil {
-		t.Fatalf("NewServerList: %v", err)
-	}
+	require.NoError(t, err, "NewServerList")
 	return ss
 }
 
@@ -196,9 +192,8 @@ func waitServers(t *testing.T, ss *ServerList, want ...string) {
 
 func checkServers(t *testing.T, ss *ServerList, want ...string) {
 	t.Helper()
-	if got := addrs(ss); !slices.Equal(got, want) {
-		t.Fatalf("servers = %v, want %v", got, want)
-	}
+	got := addrs(ss)
+	require.True(t, slices.Equal(got, want), "servers = %v, want %v", got, want) // nil and empty are equal
 }
 
 // barrier returns once the ServerList has applied every event sent on w
@@ -223,27 +218,23 @@ func TestListThenWatch(t *testing.T) {
 	checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
 
 	rs := f.requests()
-	if len(rs) != 2 || rs[0].verb != "list" || rs[1].verb != "watch" {
-		t.Fatalf("requests = %+v, want a list, then a watch", rs)
-	}
+	require.Len(t, rs, 2, "requests: want a list, then a watch")
+	require.Equal(t, "list", rs[0].verb, "requests %+v: want a list, then a watch", rs)
+	require.Equal(t, "watch", rs[1].verb, "requests %+v: want a list, then a watch", rs)
 	for _, r := range rs {
-		if r.path != "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" {
-			t.Errorf("%s path = %s", r.verb, r.path)
-		}
-		if !strings.Contains(r.rawQuery, "labelSelector=kubernetes.io%2Fservice-name%3Dmemcache") {
-			t.Errorf("%s query %s: labelSelector not URL-encoded", r.verb, r.rawQuery)
-		}
-		if r.auth != "Bearer token-1" || r.accept != "application/json" || r.proto != 2 || !strings.HasPrefix(r.agent, "k8s-memcache-selector") {
-			t.Errorf("%s: Authorization %q, Accept %q, HTTP/%d, User-Agent %q; want the token, JSON, HTTP/2 and ours", r.verb, r.auth, r.accept, r.proto, r.agent)
-		}
+		assert.Equal(t, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", r.path, "%s path", r.verb)
+		assert.Contains(t, r.rawQuery, "labelSelector=kubernetes.io%2Fservice-name%3Dmemcache", "%s query %s: labelSelector not URL-encoded", r.verb, r.rawQuery)
+		assert.Equal(t, "Bearer token-1", r.auth, "%s Authorization, want the token", r.verb)
+		assert.Equal(t, "application/json", r.accept, "%s Accept, want JSON", r.verb)
+		assert.Equal(t, 2, r.proto, "%s HTTP major version, want HTTP/2", r.verb)
+		assert.True(t, strings.HasPrefix(r.agent, "k8s-memcache-selector"), "%s User-Agent %q, want ours", r.verb, r.agent)
 	}
-	if rv := rs[0].query.Get("resourceVersion"); rv != "0" {
-		t.Errorf("list resourceVersion = %q, want 0 (from the cache)", rv)
-	}
+	assert.Equal(t, "0", rs[0].query.Get("resourceVersion"), "list resourceVersion, want 0 (from the cache)")
 	w := rs[1].query
-	if w.Get("resourceVersion") != listRV || w.Get("allowWatchBookmarks") != "true" || w.Get("timeoutSeconds") != "60" || w.Get("watch") != "1" {
-		t.Errorf("watch query = %v, want resourceVersion=%s (the list's), allowWatchBookmarks=true, timeoutSeconds=60, watch=1", w, listRV)
-	}
+	assert.Equal(t, listRV, w.Get("resourceVersion"), "watch query %v: resourceVersion, want the list's", w)
+	assert.Equal(t, "true", w.Get("allowWatchBookmarks"), "watch query %v: allowWatchBookmarks", w)
+	assert.Equal(t, "60", w.Get("timeoutSeconds"), "watch query %v: timeoutSeconds", w)
+	assert.Equal(t, "1", w.Get("watch"), "watch query %v: watch", w)
 }
 
 func TestWatchEvents(t *testing.T) {
@@ -269,9 +260,7 @@ func TestWatchEvents(t *testing.T) {
 	w.apply("DELETED", a)
 	waitServers(t, ss)
 
-	if n := len(f.requests("list", "watch")); n != 2 {
-		t.Errorf("%d requests, want the list and the one watch", n)
-	}
+	assert.Len(t, f.requests("list", "watch"), 2, "requests: want the list and the one watch")
 }
 
 func TestWatchSkipsBadEvents(t *testing.T) {
@@ -296,9 +285,7 @@ func TestWatchSkipsBadEvents(t *testing.T) {
 			w.send(tc.typ, tc.event)
 			barrier(t, w, ss) // and the stream is still open
 			checkServers(t, ss, hostports("10.0.0.1")...)
-			if n := len(f.requests("list", "watch")); n != 2 {
-				t.Errorf("%d requests, want the list and the one watch", n)
-			}
+			assert.Len(t, f.requests("list", "watch"), 2, "requests: want the list and the one watch")
 		})
 	}
 }
@@ -331,12 +318,9 @@ func TestRewatchFromLastResourceVersion(t *testing.T) {
 
 			f.waitWatch(2)
 			rs := f.requests("list", "watch")
-			if len(rs) != 3 || rs[2].verb != "watch" {
-				t.Fatalf("requests %+v, want list, watch, watch", rs)
-			}
-			if got := rs[2].query.Get("resourceVersion"); got != rv {
-				t.Errorf("second watch from resourceVersion %q, want %q", got, rv)
-			}
+			require.Len(t, rs, 3, "requests: want list, watch, watch")
+			require.Equal(t, "watch", rs[2].verb, "requests %+v: want list, watch, watch", rs)
+			assert.Equal(t, rv, rs[2].query.Get("resourceVersion"), "second watch's resourceVersion")
 		})
 	}
 }
@@ -381,16 +365,13 @@ func TestRelistWhenExpired(t *testing.T) {
 			tc.trigger(f, w)
 
 			lists := f.waitRequests("list", 2)
-			if q := lists[1].query; !q.Has("resourceVersion") || q.Get("resourceVersion") != "" {
-				t.Errorf("relist query %s, want resourceVersion= (the latest)", lists[1].rawQuery)
-			}
+			q := lists[1].query
+			assert.True(t, q.Has("resourceVersion") && q.Get("resourceVersion") == "", "relist query %s, want resourceVersion= (the latest)", lists[1].rawQuery)
 			checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
 			latest := f.version()
 			release()
 			waitServers(t, ss, hostports("10.0.0.1", "10.0.0.3")...)
-			if rv := f.waitWatch(2).query.Get("resourceVersion"); rv != latest {
-				t.Errorf("watch after relist from resourceVersion %q, want the relist's %q", rv, latest)
-			}
+			assert.Equal(t, latest, f.waitWatch(2).query.Get("resourceVersion"), "watch after relist: resourceVersion, want the relist's")
 		})
 	}
 }
@@ -404,9 +385,8 @@ func TestRelistWhenListExpired(t *testing.T) {
 	ss := start(t, f)
 	checkServers(t, ss, hostports("10.0.0.1")...)
 	lists := f.requests("list")
-	if len(lists) != 2 || lists[0].query.Get("resourceVersion") != "0" || !lists[1].query.Has("resourceVersion") || lists[1].query.Get("resourceVersion") != "" {
-		t.Errorf("lists %+v, want resourceVersion 0, then resourceVersion=", lists)
-	}
+	assert.True(t, len(lists) == 2 && lists[0].query.Get("resourceVersion") == "0" && lists[1].query.Has("resourceVersion") && lists[1].query.Get("resourceVersion") == "",
+		"lists %+v, want resourceVersion 0, then resourceVersion=", lists)
 }
 
 // A watch that ends at once with no events is an error: the watcher backs off
@@ -425,17 +405,12 @@ func TestShortWatchBacksOff(t *testing.T) {
 	n0 := len(f.requests("watch"))
 	time.Sleep(300 * time.Millisecond)
 	n := len(f.requests("watch")) - n0
-	if n < 1 || n > 8 {
-		t.Errorf("%d watches in 300ms, want 1 to 8", n)
-	}
+	assert.GreaterOrEqual(t, n, 1, "watches in 300ms, want 1 to 8")
+	assert.LessOrEqual(t, n, 8, "watches in 300ms, want 1 to 8")
 	for _, r := range f.requests("watch") {
-		if rv := r.query.Get("resourceVersion"); rv != listRV {
-			t.Errorf("watch from resourceVersion %q, want the list's %s", rv, listRV)
-		}
+		assert.Equal(t, listRV, r.query.Get("resourceVersion"), "watch from resourceVersion, want the list's")
 	}
-	if n := len(f.requests("list")); n != 1 {
-		t.Errorf("%d lists, want 1", n)
-	}
+	assert.Len(t, f.requests("list"), 1, "lists")
 	checkServers(t, ss, hostports("10.0.0.1")...)
 }
 
@@ -455,20 +430,15 @@ func TestDeadStreamTimesOut(t *testing.T) {
 	select {
 	case <-w1.gone:
 	default:
-		t.Error("the client started a new watch without ending the dead one")
+		assert.Fail(t, "the client started a new watch without ending the dead one")
 	}
 	ws := f.requests("watch")
 	// The client's 200ms deadline starts a little before the fake sees the
 	// request.
-	if d := ws[1].at.Sub(ws[0].at); d < 150*time.Millisecond {
-		t.Errorf("second watch %v after the first, want about the 200ms deadline", d)
-	}
-	if ws[0].query.Get("timeoutSeconds") != "1" || ws[1].query.Get("resourceVersion") != ws[0].query.Get("resourceVersion") {
-		t.Errorf("watches %v then %v, want timeoutSeconds=1 and the same resourceVersion", ws[0].query, ws[1].query)
-	}
-	if n := len(f.requests("list")); n != 1 {
-		t.Errorf("%d lists, want 1", n)
-	}
+	assert.GreaterOrEqual(t, ws[1].at.Sub(ws[0].at), 150*time.Millisecond, "second watch after the first, want about the 200ms deadline")
+	assert.Equal(t, "1", ws[0].query.Get("timeoutSeconds"), "watches %v then %v: timeoutSeconds", ws[0].query, ws[1].query)
+	assert.Equal(t, ws[0].query.Get("resourceVersion"), ws[1].query.Get("resourceVersion"), "watches %v then %v, want the same resourceVersion", ws[0].query, ws[1].query)
+	assert.Len(t, f.requests("list"), 1, "lists")
 	checkServers(t, ss, hostports("10.0.0.1")...)
 }
 
@@ -494,9 +464,7 @@ func TestEndpointMovesBetweenSlices(t *testing.T) {
 	checkServers(t, ss, all...)
 
 	for _, set := range changes.all() {
-		if !slices.Contains(set, "10.0.0.2:11211") {
-			t.Errorf("10.0.0.2 left the ring: servers %v", set)
-		}
+		assert.Contains(t, set, "10.0.0.2:11211", "10.0.0.2 left the ring: servers %v", set)
 	}
 }
 
@@ -560,9 +528,7 @@ func TestDuplicateAddressWeighsOnce(t *testing.T) {
 			n++
 		}
 	}
-	if n < 4000 || n > 6000 {
-		t.Errorf("10.0.0.1 owns %d of 10000 keys, want about half", n)
-	}
+	assert.InDelta(t, 5000, n, 1000, "keys of 10000 that 10.0.0.1 owns, want about half")
 }
 
 // Only ready endpoints are servers: ready, serving and not terminating, a
@@ -600,15 +566,11 @@ func TestEndpointConditions(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := fmt.Sprintf("10.0.0.%d:11211", i+1)
-			if slices.Contains(got, addr) != tc.want {
-				t.Errorf("%s in servers = %v, want %v", addr, !tc.want, tc.want)
-			}
+			assert.Equal(t, tc.want, slices.Contains(got, addr), "%s in servers %v", addr, got)
 		})
 	}
 	for _, a := range got {
-		if !strings.HasPrefix(a, "10.0.0.") || strings.HasPrefix(a, ":") {
-			t.Errorf("server %q from an invalid address", a)
-		}
+		assert.True(t, strings.HasPrefix(a, "10.0.0.") && !strings.HasPrefix(a, ":"), "server %q from an invalid address", a)
 	}
 }
 
@@ -665,22 +627,16 @@ func TestPorts(t *testing.T) {
 			}
 			ss, err := newServerList(t, f, tc.addr)
 			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("NewServerList succeeded with servers %v, want an error", addrs(ss))
+				if err == nil { // guarded: on an error ss is nil, and addrs(ss) would panic
+					require.Fail(t, "NewServerList succeeded, want an error", "servers %v", addrs(ss))
 				}
-				if !errors.Is(err, ErrNoPort) {
-					t.Errorf("error %v is not ErrNoPort", err)
-				}
+				assert.ErrorIs(t, err, ErrNoPort)
 				for _, s := range tc.wantErr {
-					if !strings.Contains(err.Error(), s) {
-						t.Errorf("error %q does not say %q", err, s)
-					}
+					assert.ErrorContains(t, err, s)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			checkServers(t, ss, tc.want...)
 		})
 	}
@@ -698,9 +654,7 @@ func TestStatefulSetPodKeepsKeys(t *testing.T) {
 	for i := range 1000 {
 		k := fmt.Sprint("key-", i)
 		a, err := ss.PickServer(k)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		before[k] = a.String()
 	}
 
@@ -712,9 +666,8 @@ func TestStatefulSetPodKeepsKeys(t *testing.T) {
 		if old == "10.0.0.2:11211" {
 			want = "10.0.0.9:11211"
 		}
-		if a, _ := ss.PickServer(k); a.String() != want {
-			t.Fatalf("key %s moved from %s to %s, want %s", k, old, a, want)
-		}
+		a, _ := ss.PickServer(k)
+		require.Equal(t, want, a.String(), "key %s moved from %s", k, old)
 	}
 }
 
@@ -768,12 +721,8 @@ func TestErrorsKeepServers(t *testing.T) {
 		f.Listener = tls.NewListener(l, f.TLS)
 		go f.Config.Serve(f.Listener)
 		rs := f.waitRequests("watch", 2)
-		if rv, last := rs[1].query.Get("resourceVersion"), f.version(); rv != last {
-			t.Errorf("watch after the outage from resourceVersion %q, want the last seen, %s", rv, last)
-		}
-		if n := len(f.requests("list")); n != 1 {
-			t.Errorf("%d lists, want 1: after connection refused the watch resumes", n)
-		}
+		assert.Equal(t, f.version(), rs[1].query.Get("resourceVersion"), "watch after the outage: resourceVersion, want the last seen")
+		assert.Len(t, f.requests("list"), 1, "lists: after connection refused the watch resumes")
 		checkServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
 	})
 }
@@ -790,9 +739,7 @@ func TestMalformedEventRelists(t *testing.T) {
 	f.waitWatch(1).sendRaw(`{"type": ADDED}`)
 	waitServers(t, ss, hostports("10.0.0.1", "10.0.0.2")...)
 	lists := f.requests("list")
-	if len(lists) != 2 || lists[1].query.Get("resourceVersion") != listRV {
-		t.Errorf("lists %+v, want a second one from resourceVersion %s", lists, listRV)
-	}
+	assert.True(t, len(lists) == 2 && lists[1].query.Get("resourceVersion") == listRV, "lists %+v, want a second one from resourceVersion %s", lists, listRV)
 }
 
 // The watch does not wait for a slow change hook.
@@ -829,9 +776,9 @@ func TestEmptyStateEmptiesRing(t *testing.T) {
 			ss := start(t, f)
 			tc.trigger(f, f.waitWatch(1), s)
 			waitServers(t, ss)
-			if _, err := ss.PickServer("k"); !errors.Is(err, ErrNoServers) || !errors.Is(err, memcache.ErrNoServers) {
-				t.Errorf("PickServer error = %v, want ErrNoServers", err)
-			}
+			_, err := ss.PickServer("k")
+			assert.ErrorIs(t, err, ErrNoServers, "PickServer")
+			assert.ErrorIs(t, err, memcache.ErrNoServers, "PickServer")
 		})
 	}
 }
@@ -840,9 +787,8 @@ func TestEmptyStateEmptiesRing(t *testing.T) {
 func TestStartsEmpty(t *testing.T) {
 	f := newFakeAPI(t)
 	ss := start(t, f)
-	if _, err := ss.PickServer("k"); !errors.Is(err, ErrNoServers) {
-		t.Errorf("PickServer error = %v, want ErrNoServers", err)
-	}
+	_, err := ss.PickServer("k")
+	assert.ErrorIs(t, err, ErrNoServers, "PickServer")
 	f.waitWatch(1).apply("ADDED", v4("memcache-a", ep("10.0.0.1")))
 	waitServers(t, ss, hostports("10.0.0.1")...)
 }
@@ -865,23 +811,16 @@ func TestForbidden(t *testing.T) {
 			f.failNext(tc.verb, forbidden(tc.verb))
 			_, err := newServerList(t, f, "memcache:11211", tc.opts...)
 			var e *APIError
-			if !errors.As(err, &e) {
-				t.Fatalf("error %v, want an *APIError", err)
-			}
-			if e.StatusCode != 403 || e.Verb != tc.verb || e.Resource != tc.resource || e.Namespace != "default" {
-				t.Errorf("APIError %+v, want 403 for verb %s on %s in default", e, tc.verb, tc.resource)
-			}
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, 403, e.StatusCode, "APIError %+v: status code", e)
+			assert.Equal(t, tc.verb, e.Verb, "APIError %+v: verb", e)
+			assert.Equal(t, tc.resource, e.Resource, "APIError %+v: resource", e)
+			assert.Equal(t, "default", e.Namespace, "APIError %+v: namespace", e)
 			for _, s := range []string{fmt.Sprintf("verb %q", tc.verb), tc.resource, `namespace "default"`, "forbidden", "RBAC"} {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q does not say %q", err, s)
-				}
+				assert.ErrorContains(t, err, s)
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				t.Error("NewServerList waited for its context")
-			}
-			if n := len(f.requests(tc.verb)); n != 1 {
-				t.Errorf("%d %s requests, want 1: a 403 is not retried", n, tc.verb)
-			}
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "NewServerList waited for its context")
+			assert.Len(t, f.requests(tc.verb), 1, "%s requests: a 403 is not retried", tc.verb)
 		})
 	}
 }
@@ -897,21 +836,16 @@ func TestUnauthorized(t *testing.T) {
 
 		// The token is rotated, and the server stops taking the old one
 		// well before the client's next periodic read.
-		if err := os.WriteFile(token+".new", []byte("token-2\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(token+".new", token); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(token+".new", []byte("token-2\n"), 0o600))
+		require.NoError(t, os.Rename(token+".new", token))
 		f.set(func(f *fakeAPI) { f.token = "token-2" })
 		w.bookmark()
 		w.close()
 
 		f.waitWatch(2)
 		ws := f.requests("watch")
-		if len(ws) != 3 || ws[1].auth != "Bearer token-1" || ws[1].code != 401 || ws[2].auth != "Bearer token-2" || ws[2].code != 200 {
-			t.Errorf("watches %+v, want the old token refused, then the new one", ws)
-		}
+		assert.True(t, len(ws) == 3 && ws[1].auth == "Bearer token-1" && ws[1].code == 401 && ws[2].auth == "Bearer token-2" && ws[2].code == 200,
+			"watches %+v, want the old token refused, then the new one", ws)
 		checkServers(t, ss, hostports("10.0.0.1")...)
 	})
 	t.Run("revoked token fails NewServerList", func(t *testing.T) {
@@ -920,12 +854,10 @@ func TestUnauthorized(t *testing.T) {
 		f.set(func(f *fakeAPI) { f.token = "other" })
 		_, err := newServerList(t, f, "memcache:11211")
 		var e *APIError
-		if !errors.As(err, &e) || e.StatusCode != 401 || !strings.Contains(err.Error(), "unauthorized") {
-			t.Fatalf("error %v, want an *APIError 401 saying unauthorized", err)
-		}
-		if n := len(f.requests("list")); n != 2 {
-			t.Errorf("%d lists, want 2: one retry with the token read again", n)
-		}
+		require.ErrorAs(t, err, &e, "want an *APIError 401 saying unauthorized")
+		require.Equal(t, 401, e.StatusCode, "error %v, want an *APIError 401 saying unauthorized", err)
+		require.ErrorContains(t, err, "unauthorized", "want an *APIError 401 saying unauthorized")
+		assert.Len(t, f.requests("list"), 2, "lists: want one retry with the token read again")
 	})
 }
 
@@ -956,12 +888,8 @@ func TestRetryWaits(t *testing.T) {
 			rs := f.waitRequests(tc.nextVerb, map[string]int{"watch": 3, "list": 2}[tc.nextVerb])
 			failed := f.requests("watch")[1]
 			next := rs[len(rs)-1]
-			if failed.code != tc.fault.code {
-				t.Fatalf("second watch answered %d, want %d", failed.code, tc.fault.code)
-			}
-			if d := next.at.Sub(failed.at); d < tc.wait {
-				t.Errorf("next request %v after the %d, want at least %v", d, tc.fault.code, tc.wait)
-			}
+			require.Equal(t, tc.fault.code, failed.code, "second watch's status code")
+			assert.GreaterOrEqual(t, next.at.Sub(failed.at), tc.wait, "next request after the %d", tc.fault.code)
 			checkServers(t, ss, hostports("10.0.0.1")...)
 		})
 	}
@@ -980,13 +908,9 @@ func TestServerErrorsBackOff(t *testing.T) {
 	checkServers(t, ss, hostports("10.0.0.1")...)
 
 	lists := f.requests("list")
-	if len(lists) != 4 {
-		t.Fatalf("%d lists, want 4", len(lists))
-	}
+	require.Len(t, lists, 4, "lists")
 	for i, min := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond} {
-		if d := lists[i+1].at.Sub(lists[i].at); d < min {
-			t.Errorf("retry %d after %v, want at least %v", i+1, d, min)
-		}
+		assert.GreaterOrEqual(t, lists[i+1].at.Sub(lists[i].at), min, "retry %d", i+1)
 	}
 }
 
@@ -994,9 +918,7 @@ func TestServerErrorsBackOff(t *testing.T) {
 // the error names the last failure.
 func TestUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	closed := "https://" + l.Addr().String()
 	l.Close()
 	for _, tc := range []struct {
@@ -1022,12 +944,9 @@ func TestUnreachable(t *testing.T) {
 			defer cancel()
 			begin := time.Now()
 			_, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, tc.opts...)...)
-			if d := time.Since(begin); d < 300*time.Millisecond {
-				t.Errorf("NewServerList returned after %v, before its context ended", d)
-			}
-			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want the context's, naming %q", err, tc.want)
-			}
+			assert.GreaterOrEqual(t, time.Since(begin), 300*time.Millisecond, "NewServerList returned before its context ended")
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "want the context's error")
+			assert.ErrorContains(t, err, tc.want, "want the error naming the last failure")
 			checkNoLeaks(t, before)
 		})
 	}
@@ -1084,15 +1003,13 @@ func TestLegacyEndpoints(t *testing.T) {
 			for _, r := range rs[:len(tc.wantFirst)] {
 				paths = append(paths, r.path)
 			}
-			if !slices.Equal(paths, tc.wantFirst) {
-				t.Errorf("first requests %v, want %v", paths, tc.wantFirst)
-			}
+			assert.True(t, slices.Equal(paths, tc.wantFirst), "first requests %v, want %v", paths, tc.wantFirst) // nil and empty are equal
 			rs = rs[len(tc.wantFirst):]
 			for i, verb := range []string{"list", "watch"} {
 				r := rs[i]
-				if r.verb != verb || r.path != "/api/v1/namespaces/default/endpoints" || !strings.Contains(r.rawQuery, "fieldSelector=metadata.name%3Dmemcache") {
-					t.Errorf("request %d: %s %s?%s, want %s of Endpoints with fieldSelector metadata.name=memcache", i, r.verb, r.path, r.rawQuery, verb)
-				}
+				assert.Equal(t, verb, r.verb, "request %d: verb", i)
+				assert.Equal(t, "/api/v1/namespaces/default/endpoints", r.path, "request %d: want Endpoints", i)
+				assert.Contains(t, r.rawQuery, "fieldSelector=metadata.name%3Dmemcache", "request %d: want fieldSelector metadata.name=memcache", i)
 			}
 		})
 	}
@@ -1116,18 +1033,12 @@ func TestNamespace(t *testing.T) {
 			f.put(s)
 			sa := t.TempDir()
 			if tc.file != "" {
-				if err := os.WriteFile(filepath.Join(sa, "namespace"), []byte(tc.file), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.WriteFile(filepath.Join(sa, "namespace"), []byte(tc.file), 0o600))
 			}
 			ss, err := newServerList(t, f, tc.addr, withEnv(map[string]string{"POD_NAMESPACE": tc.podNamespace}), withSADir(sa))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			checkServers(t, ss, hostports("10.0.0.1")...)
-			if p := f.requests()[0].path; p != "/apis/discovery.k8s.io/v1/namespaces/"+tc.want+"/endpointslices" {
-				t.Errorf("path %s, want namespace %s", p, tc.want)
-			}
+			assert.Equal(t, "/apis/discovery.k8s.io/v1/namespaces/"+tc.want+"/endpointslices", f.requests()[0].path, "path, want namespace %s", tc.want)
 		})
 	}
 }
@@ -1141,29 +1052,21 @@ func TestInCluster(t *testing.T) {
 	f.put(s)
 	sa := t.TempDir()
 	ca, err := os.ReadFile(f.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for name, content := range map[string]string{"token": "in-cluster-token\n", "ca.crt": string(ca), "namespace": "team-a"} {
-		if err := os.WriteFile(filepath.Join(sa, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(sa, name), []byte(content), 0o600))
 	}
 	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
 	ss, err := newServerList(t, f, "memcache:11211", WithAPIServer(""), WithCAFile(""), WithTokenFile(""), withSADir(sa),
 		withEnv(map[string]string{"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	checkServers(t, ss, hostports("10.0.0.1")...)
-	if r := f.requests()[0]; r.auth != "Bearer in-cluster-token" || !strings.Contains(r.path, "/namespaces/team-a/") {
-		t.Errorf("request %s with %q, want namespace team-a and the service account token", r.path, r.auth)
-	}
+	r := f.requests()[0]
+	assert.Contains(t, r.path, "/namespaces/team-a/", "request path, want namespace team-a")
+	assert.Equal(t, "Bearer in-cluster-token", r.auth, "request %s: Authorization, want the service account token", r.path)
 
 	_, err = newServerList(t, f, "memcache:11211", WithAPIServer(""), withEnv(map[string]string{"KUBERNETES_SERVICE_HOST": host}))
-	if !errors.Is(err, ErrNotInCluster) {
-		t.Errorf("without KUBERNETES_SERVICE_PORT: error %v, want ErrNotInCluster", err)
-	}
+	assert.ErrorIs(t, err, ErrNotInCluster, "without KUBERNETES_SERVICE_PORT")
 }
 
 // kubectl proxy serves plain HTTP and adds credentials itself.
@@ -1173,9 +1076,7 @@ func TestKubectlProxy(t *testing.T) {
 	ss := start(t, f, WithCAFile(""), WithTokenFile(""))
 	checkServers(t, ss, hostports("10.0.0.1")...)
 	for _, r := range f.requests() {
-		if r.auth != "" {
-			t.Errorf("%s sent Authorization %q", r.verb, r.auth)
-		}
+		assert.Empty(t, r.auth, "%s sent Authorization", r.verb)
 	}
 }
 
@@ -1184,9 +1085,7 @@ func TestWatchOutlivesContext(t *testing.T) {
 	f := newFakeAPI(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ss.Close()
 	cancel()
 	f.waitWatch(1).apply("ADDED", v4("memcache-a", ep("10.0.0.1")))
@@ -1208,9 +1107,7 @@ func TestOnChange(t *testing.T) {
 	eventually(t, fmt.Sprintf("the set %v (have %v)", want, last()), func() bool { return slices.Equal(last(), want) })
 	checkServers(t, ss, want...)
 	for _, c := range changes.all() {
-		if !slices.IsSorted(c) {
-			t.Errorf("OnChange got unsorted servers %v", c)
-		}
+		assert.IsNonDecreasing(t, c, "OnChange got unsorted servers %v", c)
 	}
 }
 
@@ -1268,32 +1165,23 @@ func TestClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, WithOnChange(func([]net.Addr) {}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := f.waitWatch(1)
-	if err := ss.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ss.Close())
 	// Close has waited for the watch and change-hook goroutines.
 	for _, g := range goroutines() {
-		if strings.Contains(g, "(*watcher).run") || strings.Contains(g, "(*ServerList).notify") {
-			t.Errorf("goroutine running after Close:\n%s", g)
-		}
+		assert.NotContains(t, g, "(*watcher).run", "goroutine running after Close")
+		assert.NotContains(t, g, "(*ServerList).notify", "goroutine running after Close")
 	}
-	if err := ss.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ss.Close(), "a second Close")
 	select {
 	case <-w.gone:
 	case <-time.After(waitFor):
-		t.Error("the watch request is still open after Close")
+		assert.Fail(t, "the watch request is still open after Close")
 	}
 	checkNoLeaks(t, before)
 	checkServers(t, ss, hostports("10.0.0.1")...) // the servers stay as they were
-	if n := len(f.requests()); n != 2 {
-		t.Errorf("%d requests, want 2: none after Close", n)
-	}
+	assert.Len(t, f.requests(), 2, "requests: none after Close")
 }
 
 // The timing and backoff are client-go's reflector's.
@@ -1302,17 +1190,16 @@ func TestDefaultTiming(t *testing.T) {
 	seen := map[time.Duration]bool{}
 	for range 100 {
 		d := tm.watchTimeout()
-		if d < 5*time.Minute || d >= 10*time.Minute {
-			t.Fatalf("watch timeout %v, want [5m, 10m)", d)
-		}
+		require.GreaterOrEqual(t, d, 5*time.Minute, "watch timeout, want [5m, 10m)")
+		require.Less(t, d, 10*time.Minute, "watch timeout, want [5m, 10m)")
 		seen[d] = true
 	}
-	if len(seen) < 50 {
-		t.Errorf("%d distinct watch timeouts in 100, want them random", len(seen))
-	}
-	if tm.backoffBase != 800*time.Millisecond || tm.backoffCap != 30*time.Second || tm.backoffReset != 2*time.Minute || tm.shortWatch != time.Second || tm.maxRetryAfter != time.Minute {
-		t.Errorf("timing %+v, want client-go's backoff 0.8s to 30s, reset after 2m, short watch 1s", tm)
-	}
+	assert.GreaterOrEqual(t, len(seen), 50, "distinct watch timeouts in 100, want them random")
+	assert.Equal(t, 800*time.Millisecond, tm.backoffBase, "backoff base, want client-go's")
+	assert.Equal(t, 30*time.Second, tm.backoffCap, "backoff cap, want client-go's")
+	assert.Equal(t, 2*time.Minute, tm.backoffReset, "backoff reset, want client-go's")
+	assert.Equal(t, time.Second, tm.shortWatch, "short watch, want client-go's")
+	assert.Equal(t, time.Minute, tm.maxRetryAfter, "max Retry-After")
 }
 
 func TestBackoff(t *testing.T) {
@@ -1320,15 +1207,12 @@ func TestBackoff(t *testing.T) {
 	want := 800 * time.Millisecond
 	for i := range 10 {
 		d := b.next()
-		if d < want || d >= 2*want {
-			t.Fatalf("backoff %d = %v, want [%v, %v)", i, d, want, 2*want)
-		}
+		require.GreaterOrEqual(t, d, want, "backoff %d, want [%v, %v)", i, want, 2*want)
+		require.Less(t, d, 2*want, "backoff %d, want [%v, %v)", i, want, 2*want)
 		want = min(2*want, 30*time.Second)
 	}
 	b.last = time.Now().Add(-3 * time.Minute) // no failure for longer than backoffReset
-	if d := b.next(); d >= 1600*time.Millisecond {
-		t.Errorf("backoff after a quiet spell = %v, want it to start over", d)
-	}
+	assert.Less(t, b.next(), 1600*time.Millisecond, "backoff after a quiet spell, want it to start over")
 }
 
 // expire sends an in-stream 410, as the API server does for a compacted
