@@ -1272,6 +1272,8 @@ func TestBurstIsOneChange(t *testing.T) {
 	w.sendRaw(strings.Join(burst, "\n")) // one write
 	slices.Sort(want)
 	waitServers(t, ss, want...)
+	// The change is logged just after it is published.
+	eventually(t, "the change's log line", func() bool { return log.count("servers changed") > 0 })
 	require.Equal(t, 1, log.count("servers changed"), "publishes for a burst of 40 events")
 }
 
