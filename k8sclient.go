@@ -76,8 +76,29 @@ func newClient(cfg clientConfig) (*client, error) {
 		if err != nil {
 			return nil, err
 		}
+	} else {
+		hc := *c.http // a copy, so that the caller's client is left as it was
+		c.http = &hc
 	}
+	c.http.CheckRedirect = refuseRedirect
 	return c, nil
+}
+
+// redirectError is a redirect the API server answered with. The client
+// follows none, as Kubernetes clients have not since CVE-2020-8559:
+// following one would send the bearer token where it points, perhaps in
+// plaintext, and take the servers from whatever answers there.
+type redirectError struct {
+	location string
+}
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("the API server answered with a redirect to %s, which is refused, since following it would send the token there: check that the API server URL (WithAPIServer) is the API server's own, not one that redirects", e.location)
+}
+
+// refuseRedirect is the client's CheckRedirect.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return &redirectError{location: req.URL.Redacted()}
 }
 
 // close ends the connections of the client's own transport, once the watch

@@ -23,6 +23,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // clientOptions configures a client for f, as NewServerList would.
@@ -497,6 +500,58 @@ func TestWatchStreamNext(t *testing.T) {
 			if tc.wantErr == errors.Is(err, io.EOF) || err == nil {
 				t.Errorf("next() = %v, want an error: %v", err, tc.wantErr)
 			}
+		})
+	}
+}
+
+// caFileOf writes the certificate of the TLS server s to a CA file.
+func caFileOf(t *testing.T, s *httptest.Server) string {
+	return writeFile(t, "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})))
+}
+
+// A redirect is refused, as Kubernetes clients refuse them since
+// CVE-2020-8559: the token is not sent where it points, in plaintext or
+// not, and the servers do not come from there.
+func TestRedirectRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		code       int
+		plain      bool // the redirect is to http://, on the same host
+		httpClient bool // WithHTTPClient
+	}{
+		{"307 from https to http on the same host", http.StatusTemporaryRedirect, true, false},
+		{"302 to another API server", http.StatusFound, false, false},
+		{"308 with WithHTTPClient", http.StatusPermanentRedirect, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := newFakeAPI(t)
+			if tc.plain {
+				target = newPlainFakeAPI(t)
+			}
+			target.put(v4("memcache-a", ep("10.6.6.6")))
+			redirector := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target.URL+r.URL.RequestURI(), tc.code)
+			}))
+			t.Cleanup(redirector.Close)
+			opts := []Option{WithAPIServer(redirector.URL), WithCAFile(caFileOf(t, redirector))}
+			user := redirector.Client()
+			if tc.httpClient {
+				opts = append(opts, WithHTTPClient(user))
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, target, opts...)...)
+			if ss != nil {
+				ss.Close()
+			}
+			assert.Empty(t, target.requests(), "the redirect was followed, with the token")
+			assert.Nil(t, user.CheckRedirect, "WithHTTPClient's client was changed")
+			var re *redirectError
+			require.ErrorAs(t, err, &re)
+			assert.Contains(t, err.Error(), "the API server answered with a redirect to "+target.URL+"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?")
+			assert.Contains(t, err.Error(), "which is refused")
+			assert.Contains(t, err.Error(), "WithAPIServer")
 		})
 	}
 }
