@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,6 +64,9 @@ func newClient(cfg clientConfig) (*client, error) {
 	if cfg.httpClient != nil && cfg.httpClient.Timeout != 0 {
 		return nil, fmt.Errorf("WithHTTPClient: the client's Timeout (%v) would cut every watch short; set it to zero (each request has its own deadline)", cfg.httpClient.Timeout)
 	}
+	if base.Scheme == "http" && cfg.tokenFile != "" && !loopback(base.Hostname()) {
+		return nil, fmt.Errorf("the API server URL %s is plain HTTP, over which the bearer token from %s would travel in plaintext: use an https:// URL, or kubectl proxy on a loopback address (http://127.0.0.1:8001) without WithTokenFile", base.Redacted(), cfg.tokenFile)
+	}
 	c := &client{base: base, http: cfg.httpClient, log: cfg.log}
 	if cfg.tokenFile != "" {
 		c.token = &tokenFile{path: cfg.tokenFile}
@@ -99,6 +103,14 @@ func (e *redirectError) Error() string {
 // refuseRedirect is the client's CheckRedirect.
 func refuseRedirect(req *http.Request, _ []*http.Request) error {
 	return &redirectError{location: req.URL.Redacted()}
+}
+
+// loopback reports whether host, from a URL, is "localhost" or a loopback
+// address (127.0.0.0/8, ::1): the one place a token may go over plain HTTP,
+// for kubectl proxy, which adds credentials itself and needs none.
+func loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
 // close ends the connections of the client's own transport, once the watch

@@ -160,17 +160,14 @@ func TestClientConfigErrors(t *testing.T) {
 		{"token file missing", []Option{WithTokenFile("/nonexistent/token")}, "read token"},
 		{"token file empty", []Option{WithTokenFile(writeFile(t, "token", "\n"))}, "is empty"},
 		{"HTTP client with a Timeout", []Option{WithHTTPClient(&http.Client{Timeout: time.Minute})}, "Timeout"},
+		{"token over plain HTTP", []Option{WithAPIServer("http://10.0.0.1:8080")}, "would travel in plaintext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := newServerList(t, f, "memcache:11211", tc.opts...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want one saying %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	if n := len(f.requests()); n != 0 {
-		t.Errorf("%d requests, want none", n)
-	}
+	assert.Empty(t, f.requests())
 }
 
 // In a pod the URL is https://KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT,
@@ -552,6 +549,40 @@ func TestRedirectRefused(t *testing.T) {
 			assert.Contains(t, err.Error(), "the API server answered with a redirect to "+target.URL+"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?")
 			assert.Contains(t, err.Error(), "which is refused")
 			assert.Contains(t, err.Error(), "WithAPIServer")
+		})
+	}
+}
+
+// A token goes over plain HTTP only to a loopback host, as to kubectl
+// proxy; elsewhere it would travel in plaintext.
+func TestTokenOverPlainHTTP(t *testing.T) {
+	token := writeFile(t, "token", "token-1\n")
+	for _, tc := range []struct {
+		name, server, tokenFile string
+		refused                 bool
+	}{
+		{"http to a remote host", "http://10.0.0.1:8080", token, true},
+		{"http to a name", "http://kubernetes.default.svc", token, true},
+		{"http to a host named like localhost", "http://localhost.example.com:8001", token, true},
+		{"http to 127.0.0.1", "http://127.0.0.1:8001", token, false},
+		{"http to 127.1.2.3", "http://127.1.2.3:8001", token, false},
+		{"http to ::1", "http://[::1]:8001", token, false},
+		{"http to localhost", "http://LocalHost:8001", token, false},
+		{"http without a token", "http://10.0.0.1:8080", "", false},
+		{"https", "https://10.0.0.1:6443", token, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := newClient(clientConfig{server: tc.server, tokenFile: tc.tokenFile, log: testLog(&recLogger{t: t})})
+			if !tc.refused {
+				require.NoError(t, err)
+				c.close()
+				return
+			}
+			require.Error(t, err)
+			for _, want := range []string{"plain HTTP", "would travel in plaintext", "https://", "kubectl proxy on a loopback address", "without WithTokenFile"} {
+				assert.Contains(t, err.Error(), want)
+			}
+			assert.NotContains(t, err.Error(), "token-1")
 		})
 	}
 }
