@@ -1,6 +1,8 @@
 package selector
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,10 +10,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -19,6 +23,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -585,4 +592,205 @@ func TestTokenOverPlainHTTP(t *testing.T) {
 			assert.NotContains(t, err.Error(), "token-1")
 		})
 	}
+}
+
+// allocated returns the bytes f allocates, from the heap's statistics (so
+// with those of any goroutine running meanwhile).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// gzipped returns prefix and then mib MiB of fill, repeated, gzipped as
+// gzip members that inflate to about 1,000 times their size.
+func gzipped(t *testing.T, prefix, fill string, mib int) []byte {
+	t.Helper()
+	member := func(s string) []byte {
+		var b bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+		require.NoError(t, err)
+		_, err = io.WriteString(zw, s)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return b.Bytes()
+	}
+	chunk := member(strings.Repeat(fill, (1<<20)/len(fill)))
+	return append(member(prefix), bytes.Repeat(chunk, mib)...)
+}
+
+// serveBody starts a TLS server with HTTP/2 that answers every request with
+// 200 and the body write writes, and returns a client for it.
+func serveBody(t *testing.T, write func(w http.ResponseWriter, r *http.Request)) *client {
+	s := httptest.NewUnstartedServer(http.HandlerFunc(write))
+	s.EnableHTTP2 = true
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	c, err := newClient(clientConfig{server: s.URL, caFile: caFileOf(t, s), log: testLog(&recLogger{t: t})})
+	require.NoError(t, err)
+	t.Cleanup(c.close)
+	return c
+}
+
+// writeGzip writes body with Content-Encoding gzip, as a server does when
+// the client accepts it (as net/http's transport says it does).
+func writeGzip(w http.ResponseWriter, r *http.Request, body []byte) {
+	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		http.Error(w, "the client does not accept gzip", http.StatusNotAcceptable)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Write(body)
+}
+
+// A watch event over maxEventBytes fails the stream, saying so, having
+// held about that much; and gzip is bounded by the inflated size: 256 KiB
+// of gzip that inflate to 256 MiB are not inflated past the bound.
+func TestWatchEventBound(t *testing.T) {
+	const prefix = `{"type":"ADDED","object":{"metadata":{"name":"`
+	bomb := gzipped(t, prefix, "a", 256)
+	for _, tc := range []struct {
+		name  string
+		write func(w http.ResponseWriter, r *http.Request)
+	}{
+		{"endless, without a newline", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, prefix)
+			chunk := strings.Repeat("a", 64<<10)
+			for r.Context().Err() == nil {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return
+				}
+			}
+		}},
+		{"gzip inflating to 256 MiB", func(w http.ResponseWriter, r *http.Request) { writeGzip(w, r, bomb) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serveBody(t, tc.write)
+			var err error
+			n := allocated(func() {
+				var s *watchStream
+				s, err = c.watch(context.Background(), "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", url.Values{}, request{verb: "watch"})
+				require.NoError(t, err)
+				defer s.close()
+				_, err = s.next()
+			})
+			require.ErrorIs(t, err, errTooLarge)
+			assert.ErrorContains(t, err, "a watch event is over 8 MiB, too large for a Kubernetes object")
+			assert.Less(t, n, uint64(8*maxEventBytes), "bytes allocated")
+		})
+	}
+}
+
+// A LIST over maxListBytes fails, saying so, having held about that much.
+// gzip is bounded by the inflated size: 256 KiB of gzip that inflate to
+// 256 MiB are not inflated past the bound. A list that says in its
+// Content-Length that it is over the bound is not read.
+func TestListBound(t *testing.T) {
+	const prefix = `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"1"},"items":[`
+	bomb := gzipped(t, prefix, `"`+strings.Repeat("a", 1<<19-4)+`",`, 256) // items of half a MiB
+	for _, tc := range []struct {
+		name     string
+		write    func(w http.ResponseWriter, r *http.Request)
+		maxAlloc uint64
+	}{
+		{"gzip inflating to 256 MiB", func(w http.ResponseWriter, r *http.Request) { writeGzip(w, r, bomb) }, 2 * maxListBytes},
+		{"Content-Length over the bound", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(maxListBytes+1))
+			io.WriteString(w, prefix)
+		}, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serveBody(t, tc.write)
+			var err error
+			n := allocated(func() {
+				err = c.list(context.Background(), "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", nil, request{verb: "list", resource: "endpointslices.discovery.k8s.io"}, &objectList{})
+			})
+			require.ErrorIs(t, err, errTooLarge)
+			assert.ErrorContains(t, err, "the endpointslices.discovery.k8s.io list is over 64 MiB, too large for the list of one Service")
+			assert.Less(t, n, tc.maxAlloc, "bytes allocated")
+		})
+	}
+}
+
+func TestDecodeList(t *testing.T) {
+	big := `"` + strings.Repeat("a", 3<<20) + `"` // 3 MiB: three are over maxEventBytes
+	for _, tc := range []struct {
+		name, body string
+		want       objectList
+		wantErr    string // "" for none
+	}{
+		{"a list", `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"7","continue":""},"items":[{"a":1}, {"b":[2]}]}`,
+			objectList{Kind: "EndpointSliceList", Metadata: listMeta{ResourceVersion: "7"}, Items: []json.RawMessage{[]byte(`{"a":1}`), []byte(`{"b":[2]}`)}}, ""},
+		{"items null", `{"kind":"EndpointsList","items":null,"metadata":{"resourceVersion":"8"}}`,
+			objectList{Kind: "EndpointsList", Metadata: listMeta{ResourceVersion: "8"}}, ""},
+		{"no items", `{"kind":"Status","code":404}`, objectList{Kind: "Status"}, ""},
+		{"items given twice", `{"items":[1,2],"items":[3]}`, objectList{Items: []json.RawMessage{[]byte(`3`)}}, ""},
+		{"values over maxEventBytes together, each under it", `{"kind":"EndpointSliceList","x":` + big + `,"items":[` + big + `,` + big + `]}`,
+			objectList{Kind: "EndpointSliceList", Items: []json.RawMessage{[]byte(big), []byte(big)}}, ""},
+		{"maxListItems items", `{"items":[0` + strings.Repeat(",0", maxListItems-1) + `]}`,
+			objectList{Items: slices.Repeat([]json.RawMessage{[]byte(`0`)}, maxListItems)}, ""},
+		{"more than maxListItems items", `{"items":[0` + strings.Repeat(",0", maxListItems) + `]}`, objectList{},
+			"the list has over 100000 items, too large for the list of one Service"},
+		{"an item over maxEventBytes", `{"items":["` + strings.Repeat("a", maxEventBytes) + `"]}`, objectList{},
+			"a value in the list is over 8 MiB, too large for a Kubernetes object"},
+		{"an array", `[]`, objectList{}, "found [ where the list has {"},
+		{"items not an array", `{"items":{}}`, objectList{}, "found { where the list has its items array"},
+		{"a kind not a string", `{"kind":7}`, objectList{}, "cannot unmarshal number"},
+		{"cut short", `{"kind":"EndpointSliceList","items":[{}`, objectList{}, "EOF"},
+		{"an error page", `<html>`, objectList{}, "invalid character '<'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var l objectList
+			err := decodeList(strings.NewReader(tc.body), &l)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want.Kind, l.Kind)
+			assert.Equal(t, tc.want.Metadata, l.Metadata)
+			require.Len(t, l.Items, len(tc.want.Items))
+			for i := range l.Items {
+				assert.Equal(t, string(tc.want.Items[i]), string(l.Items[i]), "item %d", i)
+			}
+		})
+	}
+}
+
+// A list of tiny items stops at maxListItems: decoded whole, the 8 MiB of
+// this one would take 650 MiB.
+func TestDecodeListTinyItems(t *testing.T) {
+	body := `{"items":[0` + strings.Repeat(",0", 4<<20) + `]}`
+	var err error
+	n := allocated(func() { err = decodeList(strings.NewReader(body), &objectList{}) })
+	require.ErrorIs(t, err, errTooLarge)
+	assert.Less(t, n, uint64(64<<20), "bytes allocated")
+}
+
+// After a large event, the decoder holds megabytes of the events that
+// follow; telling whether the next one has arrived does not copy them.
+func TestWatchStreamBurstAfterLargeEvent(t *testing.T) {
+	small := `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}` + "\n"
+	body := `{"type":"ADDED","object":{"data":"` + strings.Repeat("a", 1<<20) + `"}}` + "\n" + strings.Repeat(small, 5000)
+	s := newWatchStream(io.NopCloser(strings.NewReader(body)))
+	ev, err := s.next()
+	require.NoError(t, err)
+	require.Equal(t, "ADDED", ev.Type)
+	events := 0
+	n := allocated(func() {
+		for {
+			if _, err := s.next(); err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				return
+			}
+			events++
+			s.more()
+		}
+	})
+	assert.Equal(t, 5000, events)
+	assert.Less(t, n, uint64(16<<20), "bytes allocated for 330 KiB of events")
 }
