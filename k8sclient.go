@@ -74,7 +74,7 @@ func newClient(cfg clientConfig) (*client, error) {
 		}
 	}
 	if c.http == nil {
-		c.conns = &conns{open: map[*trackedConn]bool{}}
+		c.conns = newConns()
 		c.http, c.ca, err = newHTTPClient(cfg.caFile, c.conns, cfg.log)
 		if err != nil {
 			return nil, err

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -793,4 +794,66 @@ func TestWatchStreamBurstAfterLargeEvent(t *testing.T) {
 	})
 	assert.Equal(t, 5000, events)
 	assert.Less(t, n, uint64(16<<20), "bytes allocated for 330 KiB of events")
+}
+
+// hangingDialer is a dialer whose dials hang, as to an address that never
+// answers, until their context ends.
+func hangingDialer() (d *net.Dialer, started, ended chan struct{}) {
+	started, ended = make(chan struct{}, 100), make(chan struct{}, 100)
+	return &net.Dialer{ControlContext: func(ctx context.Context, _, _ string, _ syscall.RawConn) error {
+		started <- struct{}{}
+		defer func() { ended <- struct{}{} }()
+		<-ctx.Done()
+		return ctx.Err()
+	}}, started, ended
+}
+
+// A dial still hanging when the client closes ends then. net/http dials on
+// a context detached from the request, so cancelling the request (as
+// Close does to the watch's) leaves the dial, with its goroutine and
+// socket, for up to dialTimeout.
+func TestCloseEndsDials(t *testing.T) {
+	before := goroutines()
+	d, started, ended := hangingDialer()
+	cs := newConns()
+	base, err := url.Parse("https://127.0.0.1:1")
+	require.NoError(t, err)
+	c := &client{base: base, http: &http.Client{Transport: &http.Transport{DialContext: cs.dial(d)}}, conns: cs}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	listed := make(chan error, 1)
+	go func() {
+		listed <- c.list(ctx, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", nil, request{verb: "list"}, &objectList{})
+	}()
+	<-started
+	cancel()
+	require.ErrorIs(t, <-listed, context.Canceled)
+	select {
+	case <-ended:
+		t.Fatal("cancelling the request ended the dial: this test no longer tests anything")
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	begin := time.Now()
+	c.close()
+	select {
+	case <-ended:
+	case <-time.After(waitFor):
+		t.Fatal("the dial is still in progress after close")
+	}
+	assert.Less(t, time.Since(begin), time.Second)
+	eventually(t, "the dial's goroutine to end", func() bool {
+		for id, g := range goroutines() {
+			if _, ok := before[id]; !ok && strings.Contains(g, "dialConnFor") {
+				return false
+			}
+		}
+		return true
+	})
+	checkNoLeaks(t, before)
+
+	// A dial after close fails at once.
+	_, err = cs.dial(d)(context.Background(), "tcp", "127.0.0.1:1")
+	require.ErrorIs(t, err, net.ErrClosed)
+	assert.Empty(t, started)
 }
