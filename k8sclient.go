@@ -43,7 +43,7 @@ type client struct {
 	conns *conns       // the connections of our own transport; nil with WithHTTPClient
 
 	log    *slog.Logger
-	warned sync.Map // API server warnings already logged
+	warned warnings
 }
 
 // clientConfig is the API server and its credentials.
@@ -197,12 +197,7 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 		if err != nil {
 			return nil, err
 		}
-		// Such as "v1 Endpoints is deprecated in v1.33+": worth saying once.
-		for _, w := range resp.Header.Values("Warning") {
-			if _, seen := c.warned.LoadOrStore(w, true); !seen {
-				c.log.Warn("the API server warns", "warning", w)
-			}
-		}
+		c.warned.log(c.log, resp.Header.Values("Warning"))
 		if resp.StatusCode == http.StatusOK {
 			return resp, nil
 		}
@@ -213,6 +208,57 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 		}
 		return nil, e
 	}
+}
+
+// maxWarnings is how many distinct API server warnings a client remembers.
+const maxWarnings = 64
+
+// warnings logs the API server's Warning headers, such as "v1 Endpoints is
+// deprecated in v1.33+", each once. It remembers at most maxWarnings, so
+// that a server sending a new one with every response cannot grow it
+// without bound; past that, it logs a warning it does not remember at most
+// once per errorPeriod, saying how many it held back. Its zero value is
+// ready to use.
+type warnings struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	last time.Time // when a warning past maxWarnings was last logged
+	held int       // warnings past maxWarnings not logged since
+}
+
+func (ws *warnings) log(log *slog.Logger, header []string) {
+	for _, w := range header {
+		w = clip(w, 0, false)
+		switch ok, held := ws.note(w); {
+		case ok && held > 0:
+			log.Warn("the API server warns", "warning", w, "suppressed", held)
+		case ok:
+			log.Warn("the API server warns", "warning", w)
+		}
+	}
+}
+
+// note records w and reports whether to log it, and how many warnings were
+// held back since the last one logged past maxWarnings.
+func (ws *warnings) note(w string) (log bool, held int) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	switch {
+	case ws.seen[w]:
+		return false, 0
+	case len(ws.seen) < maxWarnings:
+		if ws.seen == nil {
+			ws.seen = map[string]bool{}
+		}
+		ws.seen[w] = true
+		return true, 0
+	case time.Since(ws.last) < errorPeriod:
+		ws.held++
+		return false, 0
+	}
+	ws.last = time.Now()
+	held, ws.held = ws.held, 0
+	return true, held
 }
 
 // Bounds on what the API server may send, so that a broken or hostile one

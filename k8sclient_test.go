@@ -791,3 +791,31 @@ func TestCloseEndsDials(t *testing.T) {
 	require.ErrorIs(t, err, net.ErrClosed)
 	assert.Empty(t, started)
 }
+
+// A client remembers at most maxWarnings distinct warnings; past that, it
+// logs a new one at most once per errorPeriod, saying how many it held
+// back. A warning is cut to maxErrorMessage bytes.
+func TestWarningsBounded(t *testing.T) {
+	rec := &recLogger{t: t}
+	log := testLog(rec)
+	var ws warnings
+	for i := range 1000 {
+		ws.log(log, []string{fmt.Sprintf(`299 - "warning %d"`, i), `299 - "warning 0"`})
+	}
+	assert.Equal(t, maxWarnings, len(ws.seen), "warnings remembered")
+	require.Equal(t, maxWarnings+1, len(rec.lines), "lines logged") // and warning 64, the first past the bound
+	assert.Contains(t, rec.lines[maxWarnings], `warning 64"`)
+
+	ws.log(log, []string{`299 - "warning 5"`}) // remembered
+	ws.last = ws.last.Add(-errorPeriod)
+	ws.log(log, []string{`299 - "warning 1000"`, `299 - "warning 1001"`})
+	require.Equal(t, maxWarnings+2, len(rec.lines), "lines logged")
+	assert.Contains(t, rec.lines[maxWarnings+1], `warning 1000" suppressed=935`)
+
+	ws = warnings{}
+	ws.log(log, []string{strings.Repeat("w", 1<<20)})
+	require.Len(t, ws.seen, 1)
+	for w := range ws.seen {
+		assert.Equal(t, strings.Repeat("w", maxErrorMessage)+"... (1047552 more bytes)", w)
+	}
+}
