@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,12 +188,13 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 		}
 		resp, err := c.http.Do(req)
 		var unverified *tls.CertificateVerificationError
-		if err != nil && c.ca != nil && errors.As(err, &unverified) && try == 0 {
+		var unknownCA x509.UnknownAuthorityError
+		if err != nil && c.ca != nil && errors.As(err, &unknownCA) && try == 0 {
 			c.ca.expire() // the API server's CA may have rotated: read it again
 			continue
 		}
 		if err != nil && errors.As(err, &unverified) {
-			return nil, fmt.Errorf("%w: the API server's certificate is not signed by a CA this client trusts; give its CA with WithCAFile", err)
+			return nil, certError(err, unverified)
 		}
 		if err != nil {
 			return nil, err
@@ -208,6 +210,20 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 		}
 		return nil, e
 	}
+}
+
+// certError adds to err, the failure to verify the API server's
+// certificate, what to fix.
+func certError(err error, unverified *tls.CertificateVerificationError) error {
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(unverified.Err, &host):
+		return fmt.Errorf("%w: the API server's certificate does not name host %q: the host of the API server URL (WithAPIServer) must be one the certificate names", err, host.Host)
+	case errors.As(unverified.Err, &invalid) && invalid.Reason == x509.Expired:
+		return fmt.Errorf("%w: check this machine's clock, or renew the API server's certificate", err)
+	}
+	return fmt.Errorf("%w: the API server's certificate is not signed by a CA this client trusts; give its CA with WithCAFile", err)
 }
 
 // maxWarnings is how many distinct API server warnings a client remembers.

@@ -250,6 +250,11 @@ func checkTransport(t *testing.T, tr *http.Transport) {
 // testCA returns a new CA, as PEM, and a serving certificate for 127.0.0.1
 // that it signs.
 func testCA(t *testing.T) ([]byte, tls.Certificate) {
+	return testCAUntil(t, time.Now().Add(time.Hour))
+}
+
+// testCAUntil is testCA with a serving certificate valid until notAfter.
+func testCAUntil(t *testing.T, notAfter time.Time) ([]byte, tls.Certificate) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -275,7 +280,7 @@ func testCA(t *testing.T) ([]byte, tls.Certificate) {
 	caDER := create(ca, ca, &caKey.PublicKey, caKey)
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		KeyUsage: x509.KeyUsageDigitalSignature,
 	}
@@ -817,5 +822,44 @@ func TestWarningsBounded(t *testing.T) {
 	require.Len(t, ws.seen, 1)
 	for w := range ws.seen {
 		assert.Equal(t, strings.Repeat("w", maxErrorMessage)+"... (1047552 more bytes)", w)
+	}
+}
+
+// A certificate that does not verify fails NewServerList at once, with the
+// fix for its reason: the CA file for an unknown CA, the URL's host for a
+// certificate of other hosts, the clock for an expired one.
+func TestCertificateErrors(t *testing.T) {
+	f := newFakeAPI(t) // a certificate for 127.0.0.1, ::1 and example.com
+	_, port, err := net.SplitHostPort(f.Listener.Addr().String())
+	require.NoError(t, err)
+	expiredCA, expiredCert := testCAUntil(t, time.Now().Add(-time.Minute))
+	expired := httptest.NewUnstartedServer(http.NotFoundHandler())
+	expired.TLS = &tls.Config{Certificates: []tls.Certificate{expiredCert}}
+	expired.Config.ErrorLog = log.New(io.Discard, "", 0)
+	expired.StartTLS()
+	t.Cleanup(expired.Close)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want []string
+		not  string
+	}{
+		{"unknown CA", []Option{WithCAFile("")},
+			[]string{"x509: certificate signed by unknown authority", "not signed by a CA this client trusts; give its CA with WithCAFile"}, "WithAPIServer"},
+		{"another host", []Option{WithAPIServer("https://" + net.JoinHostPort("localhost", port))},
+			[]string{"x509: certificate is valid for", "not localhost", `the API server's certificate does not name host "localhost"`, "WithAPIServer"}, "WithCAFile"},
+		{"expired", []Option{WithAPIServer(expired.URL), WithCAFile(writeFile(t, "ca.crt", string(expiredCA)))},
+			[]string{"x509: certificate has expired", "check this machine's clock, or renew the API server's certificate"}, "WithCAFile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			_, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, tc.opts...)...)
+			for _, want := range tc.want {
+				assert.ErrorContains(t, err, want)
+			}
+			assert.NotContains(t, err.Error(), tc.not)
+			assert.NoError(t, ctx.Err(), "NewServerList waited for its context")
+		})
 	}
 }
