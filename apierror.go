@@ -16,7 +16,7 @@ import (
 type APIError struct {
 	StatusCode int    // HTTP status, such as 403
 	Reason     string // Status reason, such as "Forbidden" or "Expired"
-	Message    string // Status message from the server
+	Message    string // Status message from the server, or its body; cut to 1 KiB
 
 	// The request that failed: verb ("list", "watch" or "get"), resource
 	// ("endpointslices.discovery.k8s.io" or "endpoints") and namespace.

@@ -212,8 +212,8 @@ func (c *client) get(ctx context.Context, path string, q url.Values, r request) 
 	}
 }
 
-// certError adds to err, the failure to verify the API server's
-// certificate, what to fix.
+// certError returns err, a failure to verify the API server's certificate,
+// with what to fix for its reason.
 func certError(err error, unverified *tls.CertificateVerificationError) error {
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
