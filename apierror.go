@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // APIError is an error response from the Kubernetes API server, decoded from
@@ -15,7 +16,7 @@ import (
 type APIError struct {
 	StatusCode int    // HTTP status, such as 403
 	Reason     string // Status reason, such as "Forbidden" or "Expired"
-	Message    string // Status message from the server
+	Message    string // Status message from the server, or its body; cut to 1 KiB
 
 	// The request that failed: verb ("list", "watch" or "get"), resource
 	// ("endpointslices.discovery.k8s.io" or "endpoints") and namespace.
@@ -72,7 +73,7 @@ type request struct {
 }
 
 func (r request) error(s status, httpCode int) *APIError {
-	e := &APIError{StatusCode: httpCode, Reason: s.Reason, Message: s.Message, Verb: r.verb, Resource: r.resource, Namespace: r.namespace}
+	e := &APIError{StatusCode: httpCode, Reason: clip(s.Reason, 0, false), Message: clip(s.Message, 0, false), Verb: r.verb, Resource: r.resource, Namespace: r.namespace}
 	if e.StatusCode == 0 || e.StatusCode == http.StatusOK {
 		e.StatusCode = s.Code
 	}
@@ -85,17 +86,55 @@ func (r request) error(s status, httpCode int) *APIError {
 	return e
 }
 
-// readError decodes a failed response's Status body and closes it.
+// Bounds on an error response: the bytes of its body read to decode it; the
+// bytes read past that and discarded, so that the connection can be
+// reused; and the bytes of its message kept in the error, since a proxy's
+// 1 MiB error page would otherwise be a 1 MiB error and log line.
+const (
+	maxErrorBody    = 64 << 10
+	maxErrorDiscard = 1 << 20
+	maxErrorMessage = 1 << 10
+)
+
+// readError decodes a failed response's Status body and closes it. A body
+// that is not a Status, such as a proxy's error page, is the message, with
+// its white space collapsed.
 func readError(resp *http.Response, r request) *APIError {
 	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	rest, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorDiscard))
 	var s status
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if json.Unmarshal(b, &s) != nil || s.Kind != "Status" {
-		s = status{Reason: http.StatusText(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	text := json.Unmarshal(b, &s) != nil || s.Kind != "Status"
+	if text {
+		s = status{Reason: http.StatusText(resp.StatusCode)}
 	}
 	e := r.error(s, resp.StatusCode)
+	if text {
+		e.Message = clip(strings.TrimSpace(string(b)), rest, rest == maxErrorDiscard)
+	}
 	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
 		e.retryAfter = time.Duration(secs) * time.Second
 	}
 	return e
+}
+
+// clip returns s, a message, with its white space collapsed and cut to
+// maxErrorMessage bytes at a rune boundary, saying how many bytes were cut.
+// more is the bytes known to follow s, and unread says that others may.
+func clip(s string, more int64, unread bool) string {
+	i := len(s)
+	if i > maxErrorMessage {
+		i = maxErrorMessage
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+	}
+	kept := strings.Join(strings.Fields(s[:i]), " ")
+	switch cut := int64(len(s)-i) + more; {
+	case unread:
+		return fmt.Sprintf("%s... (over %d more bytes)", kept, cut)
+	case cut > 0:
+		return fmt.Sprintf("%s... (%d more bytes)", kept, cut)
+	}
+	return kept
 }

@@ -1,6 +1,8 @@
 package selector
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,10 +10,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -19,10 +23,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // clientOptions configures a client for f, as NewServerList would.
@@ -157,17 +168,14 @@ func TestClientConfigErrors(t *testing.T) {
 		{"token file missing", []Option{WithTokenFile("/nonexistent/token")}, "read token"},
 		{"token file empty", []Option{WithTokenFile(writeFile(t, "token", "\n"))}, "is empty"},
 		{"HTTP client with a Timeout", []Option{WithHTTPClient(&http.Client{Timeout: time.Minute})}, "Timeout"},
+		{"token over plain HTTP", []Option{WithAPIServer("http://10.0.0.1:8080")}, "would travel in plaintext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := newServerList(t, f, "memcache:11211", tc.opts...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want one saying %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	if n := len(f.requests()); n != 0 {
-		t.Errorf("%d requests, want none", n)
-	}
+	assert.Empty(t, f.requests())
 }
 
 // In a pod the URL is https://KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT,
@@ -242,6 +250,11 @@ func checkTransport(t *testing.T, tr *http.Transport) {
 // testCA returns a new CA, as PEM, and a serving certificate for 127.0.0.1
 // that it signs.
 func testCA(t *testing.T) ([]byte, tls.Certificate) {
+	return testCAUntil(t, time.Now().Add(time.Hour))
+}
+
+// testCAUntil is testCA with a serving certificate valid until notAfter.
+func testCAUntil(t *testing.T, notAfter time.Time) ([]byte, tls.Certificate) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -267,7 +280,7 @@ func testCA(t *testing.T) ([]byte, tls.Certificate) {
 	caDER := create(ca, ca, &caKey.PublicKey, caKey)
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		KeyUsage: x509.KeyUsageDigitalSignature,
 	}
@@ -409,72 +422,6 @@ func TestWarningsLoggedOnce(t *testing.T) {
 	}
 }
 
-func TestAPIErrorExpired(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		err  APIError
-		want bool
-	}{
-		{"410 Expired", APIError{StatusCode: 410, Reason: "Expired"}, true},
-		{"410 Gone", APIError{StatusCode: 410, Reason: "Gone"}, true},
-		{"410 without reason", APIError{StatusCode: 410}, true},
-		{"reason Expired in a 200 ERROR event", APIError{Reason: "Expired"}, true},
-		{"504 with cause ResourceVersionTooLarge", APIError{StatusCode: 504, Reason: "Timeout", causes: []string{"ResourceVersionTooLarge"}}, true},
-		{"504 saying Too large resource version", APIError{StatusCode: 504, Reason: "Timeout", Message: "Too large resource version: 9, current: 8"}, true},
-		{"504 timeout", APIError{StatusCode: 504, Reason: "Timeout", Message: "request timed out"}, false},
-		{"500", APIError{StatusCode: 500, Reason: "InternalError"}, false},
-		{"429", APIError{StatusCode: 429, Reason: "TooManyRequests"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.err.expired(); got != tc.want {
-				t.Errorf("expired() = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestReadError(t *testing.T) {
-	r := request{verb: "watch", resource: "endpointslices.discovery.k8s.io", namespace: "ns"}
-	for _, tc := range []struct {
-		name       string
-		code       int
-		header     map[string]string
-		body       string
-		want       APIError
-		retryAfter time.Duration
-		causes     []string
-	}{
-		{"Status body", 403, nil,
-			`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nope","reason":"Forbidden","code":403}`,
-			APIError{StatusCode: 403, Reason: "Forbidden", Message: "nope"}, 0, nil},
-		{"Status with causes and retryAfterSeconds", 504, nil,
-			`{"kind":"Status","message":"Too large resource version","reason":"Timeout","code":504,"details":{"causes":[{"reason":"ResourceVersionTooLarge"}],"retryAfterSeconds":2}}`,
-			APIError{StatusCode: 504, Reason: "Timeout", Message: "Too large resource version"}, 2 * time.Second, []string{"ResourceVersionTooLarge"}},
-		{"Retry-After header", 429, map[string]string{"Retry-After": "3"},
-			`{"kind":"Status","message":"slow down","reason":"TooManyRequests","code":429}`,
-			APIError{StatusCode: 429, Reason: "TooManyRequests", Message: "slow down"}, 3 * time.Second, nil},
-		{"Retry-After as a date is ignored", 503, map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, "",
-			APIError{StatusCode: 503, Reason: "Service Unavailable"}, 0, nil},
-		{"a proxy's text body", 502, nil, "upstream connect error\n",
-			APIError{StatusCode: 502, Reason: "Bad Gateway", Message: "upstream connect error"}, 0, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			for k, v := range tc.header {
-				rec.Header().Set(k, v)
-			}
-			rec.WriteHeader(tc.code)
-			io.WriteString(rec, tc.body)
-			e := readError(rec.Result(), r)
-			tc.want.Verb, tc.want.Resource, tc.want.Namespace = r.verb, r.resource, r.namespace
-			tc.want.retryAfter, tc.want.causes = tc.retryAfter, tc.causes
-			if e.Error() != tc.want.Error() || e.retryAfter != tc.want.retryAfter || strings.Join(e.causes, ",") != strings.Join(tc.causes, ",") {
-				t.Errorf("readError = %+v, want %+v", *e, tc.want)
-			}
-		})
-	}
-}
-
 // A stream that ends, even mid-event, is a clean close; malformed JSON is an
 // error.
 func TestWatchStreamNext(t *testing.T) {
@@ -497,6 +444,422 @@ func TestWatchStreamNext(t *testing.T) {
 			if tc.wantErr == errors.Is(err, io.EOF) || err == nil {
 				t.Errorf("next() = %v, want an error: %v", err, tc.wantErr)
 			}
+		})
+	}
+}
+
+// caFileOf writes the certificate of the TLS server s to a CA file.
+func caFileOf(t *testing.T, s *httptest.Server) string {
+	return writeFile(t, "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})))
+}
+
+// A redirect is refused, as Kubernetes clients refuse them since
+// CVE-2020-8559: the token is not sent where it points, in plaintext or
+// not, and the servers do not come from there.
+func TestRedirectRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		code       int
+		plain      bool // the redirect is to http://, on the same host
+		httpClient bool // WithHTTPClient
+	}{
+		{"307 from https to http on the same host", http.StatusTemporaryRedirect, true, false},
+		{"302 to another API server", http.StatusFound, false, false},
+		{"308 with WithHTTPClient", http.StatusPermanentRedirect, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := newFakeAPI(t)
+			if tc.plain {
+				target = newPlainFakeAPI(t)
+			}
+			target.put(v4("memcache-a", ep("10.6.6.6")))
+			redirector := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target.URL+r.URL.RequestURI(), tc.code)
+			}))
+			t.Cleanup(redirector.Close)
+			opts := []Option{WithAPIServer(redirector.URL), WithCAFile(caFileOf(t, redirector))}
+			user := redirector.Client()
+			if tc.httpClient {
+				opts = append(opts, WithHTTPClient(user))
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, target, opts...)...)
+			if ss != nil {
+				ss.Close()
+			}
+			assert.Empty(t, target.requests(), "the redirect was followed, with the token")
+			assert.Nil(t, user.CheckRedirect, "WithHTTPClient's client was changed")
+			var re *redirectError
+			require.ErrorAs(t, err, &re)
+			assert.Contains(t, err.Error(), "the API server answered with a redirect to "+target.URL+"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?")
+			assert.Contains(t, err.Error(), "which is refused")
+			assert.Contains(t, err.Error(), "WithAPIServer")
+		})
+	}
+}
+
+// A token goes over plain HTTP only to a loopback host, as to kubectl
+// proxy; elsewhere it would travel in plaintext.
+func TestTokenOverPlainHTTP(t *testing.T) {
+	token := writeFile(t, "token", "token-1\n")
+	for _, tc := range []struct {
+		name, server, tokenFile string
+		refused                 bool
+	}{
+		{"http to a remote host", "http://10.0.0.1:8080", token, true},
+		{"http to a name", "http://kubernetes.default.svc", token, true},
+		{"http to a host named like localhost", "http://localhost.example.com:8001", token, true},
+		{"http to 127.0.0.1", "http://127.0.0.1:8001", token, false},
+		{"http to 127.1.2.3", "http://127.1.2.3:8001", token, false},
+		{"http to ::1", "http://[::1]:8001", token, false},
+		{"http to localhost", "http://LocalHost:8001", token, false},
+		{"http without a token", "http://10.0.0.1:8080", "", false},
+		{"https", "https://10.0.0.1:6443", token, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := newClient(clientConfig{server: tc.server, tokenFile: tc.tokenFile, log: testLog(&recLogger{t: t})})
+			if !tc.refused {
+				require.NoError(t, err)
+				c.close()
+				return
+			}
+			require.Error(t, err)
+			for _, want := range []string{"plain HTTP", "would travel in plaintext", "https://", "kubectl proxy on a loopback address", "without WithTokenFile"} {
+				assert.Contains(t, err.Error(), want)
+			}
+			assert.NotContains(t, err.Error(), "token-1")
+		})
+	}
+}
+
+// allocated returns the bytes f allocates, from the heap's statistics (so
+// with those of any goroutine running meanwhile).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// gzipped returns prefix and then mib MiB of fill, repeated, gzipped as
+// gzip members that inflate to about 1,000 times their size.
+func gzipped(t *testing.T, prefix, fill string, mib int) []byte {
+	t.Helper()
+	member := func(s string) []byte {
+		var b bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+		require.NoError(t, err)
+		_, err = io.WriteString(zw, s)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return b.Bytes()
+	}
+	chunk := member(strings.Repeat(fill, (1<<20)/len(fill)))
+	return append(member(prefix), bytes.Repeat(chunk, mib)...)
+}
+
+// serveBody starts a TLS server with HTTP/2 that answers every request with
+// 200 and the body write writes, and returns a client for it.
+func serveBody(t *testing.T, write func(w http.ResponseWriter, r *http.Request)) *client {
+	s := httptest.NewUnstartedServer(http.HandlerFunc(write))
+	s.EnableHTTP2 = true
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	c, err := newClient(clientConfig{server: s.URL, caFile: caFileOf(t, s), log: testLog(&recLogger{t: t})})
+	require.NoError(t, err)
+	t.Cleanup(c.close)
+	return c
+}
+
+// writeGzip writes body with Content-Encoding gzip, as a server does when
+// the client accepts it (as net/http's transport says it does).
+func writeGzip(w http.ResponseWriter, r *http.Request, body []byte) {
+	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		http.Error(w, "the client does not accept gzip", http.StatusNotAcceptable)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Write(body)
+}
+
+// A watch event over maxEventBytes fails the stream, saying so, having
+// held about that much; and gzip is bounded by the inflated size: 256 KiB
+// of gzip that inflate to 256 MiB are not inflated past the bound.
+func TestWatchEventBound(t *testing.T) {
+	const prefix = `{"type":"ADDED","object":{"metadata":{"name":"`
+	bomb := gzipped(t, prefix, "a", 256)
+	for _, tc := range []struct {
+		name  string
+		write func(w http.ResponseWriter, r *http.Request)
+	}{
+		{"endless, without a newline", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, prefix)
+			chunk := strings.Repeat("a", 64<<10)
+			for r.Context().Err() == nil {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return
+				}
+			}
+		}},
+		{"gzip inflating to 256 MiB", func(w http.ResponseWriter, r *http.Request) { writeGzip(w, r, bomb) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serveBody(t, tc.write)
+			var err error
+			n := allocated(func() {
+				var s *watchStream
+				s, err = c.watch(context.Background(), "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", url.Values{}, request{verb: "watch"})
+				require.NoError(t, err)
+				defer s.close()
+				_, err = s.next()
+			})
+			require.ErrorIs(t, err, errTooLarge)
+			assert.ErrorContains(t, err, "a watch event is over 8 MiB, too large for a Kubernetes object")
+			assert.Less(t, n, uint64(8*maxEventBytes), "bytes allocated")
+		})
+	}
+}
+
+// A LIST over maxListBytes fails, saying so, having held about that much.
+// gzip is bounded by the inflated size: 256 KiB of gzip that inflate to
+// 256 MiB are not inflated past the bound. A list that says in its
+// Content-Length that it is over the bound is not read.
+func TestListBound(t *testing.T) {
+	const prefix = `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"1"},"items":[`
+	bomb := gzipped(t, prefix, `"`+strings.Repeat("a", 1<<19-4)+`",`, 256) // items of half a MiB
+	for _, tc := range []struct {
+		name     string
+		write    func(w http.ResponseWriter, r *http.Request)
+		maxAlloc uint64
+	}{
+		{"gzip inflating to 256 MiB", func(w http.ResponseWriter, r *http.Request) { writeGzip(w, r, bomb) }, 2 * maxListBytes},
+		{"Content-Length over the bound", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(maxListBytes+1))
+			io.WriteString(w, prefix)
+		}, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serveBody(t, tc.write)
+			var err error
+			n := allocated(func() {
+				err = c.list(context.Background(), "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", nil, request{verb: "list", resource: "endpointslices.discovery.k8s.io"}, &objectList{})
+			})
+			require.ErrorIs(t, err, errTooLarge)
+			assert.ErrorContains(t, err, "the endpointslices.discovery.k8s.io list is over 64 MiB, too large for the list of one Service")
+			assert.Less(t, n, tc.maxAlloc, "bytes allocated")
+		})
+	}
+}
+
+func TestDecodeList(t *testing.T) {
+	big := `"` + strings.Repeat("a", 3<<20) + `"` // 3 MiB: three are over maxEventBytes
+	for _, tc := range []struct {
+		name, body string
+		want       objectList
+		wantErr    string // "" for none
+	}{
+		{"a list", `{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{"resourceVersion":"7","continue":""},"items":[{"a":1}, {"b":[2]}]}`,
+			objectList{Kind: "EndpointSliceList", Metadata: listMeta{ResourceVersion: "7"}, Items: []json.RawMessage{[]byte(`{"a":1}`), []byte(`{"b":[2]}`)}}, ""},
+		{"items null", `{"kind":"EndpointsList","items":null,"metadata":{"resourceVersion":"8"}}`,
+			objectList{Kind: "EndpointsList", Metadata: listMeta{ResourceVersion: "8"}}, ""},
+		{"no items", `{"kind":"Status","code":404}`, objectList{Kind: "Status"}, ""},
+		{"items given twice", `{"items":[1,2],"items":[3]}`, objectList{Items: []json.RawMessage{[]byte(`3`)}}, ""},
+		{"values over maxEventBytes together, each under it", `{"kind":"EndpointSliceList","x":` + big + `,"items":[` + big + `,` + big + `]}`,
+			objectList{Kind: "EndpointSliceList", Items: []json.RawMessage{[]byte(big), []byte(big)}}, ""},
+		{"maxListItems items", `{"items":[0` + strings.Repeat(",0", maxListItems-1) + `]}`,
+			objectList{Items: slices.Repeat([]json.RawMessage{[]byte(`0`)}, maxListItems)}, ""},
+		{"more than maxListItems items", `{"items":[0` + strings.Repeat(",0", maxListItems) + `]}`, objectList{},
+			"the list has over 100000 items, too large for the list of one Service"},
+		{"an item over maxEventBytes", `{"items":["` + strings.Repeat("a", maxEventBytes) + `"]}`, objectList{},
+			"a value in the list is over 8 MiB, too large for a Kubernetes object"},
+		{"an array", `[]`, objectList{}, "found [ where the list has {"},
+		{"items not an array", `{"items":{}}`, objectList{}, "found { where the list has its items array"},
+		{"a kind not a string", `{"kind":7}`, objectList{}, "cannot unmarshal number"},
+		{"cut short", `{"kind":"EndpointSliceList","items":[{}`, objectList{}, "EOF"},
+		{"an error page", `<html>`, objectList{}, "invalid character '<'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var l objectList
+			err := decodeList(strings.NewReader(tc.body), &l)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want.Kind, l.Kind)
+			assert.Equal(t, tc.want.Metadata, l.Metadata)
+			require.Len(t, l.Items, len(tc.want.Items))
+			for i := range l.Items {
+				assert.Equal(t, string(tc.want.Items[i]), string(l.Items[i]), "item %d", i)
+			}
+		})
+	}
+}
+
+// A list of tiny items stops at maxListItems: decoded whole, the 8 MiB of
+// this one would take 650 MiB.
+func TestDecodeListTinyItems(t *testing.T) {
+	body := `{"items":[0` + strings.Repeat(",0", 4<<20) + `]}`
+	var err error
+	n := allocated(func() { err = decodeList(strings.NewReader(body), &objectList{}) })
+	require.ErrorIs(t, err, errTooLarge)
+	assert.Less(t, n, uint64(64<<20), "bytes allocated")
+}
+
+// After a large event, the decoder holds megabytes of the events that
+// follow; telling whether the next one has arrived does not copy them.
+func TestWatchStreamBurstAfterLargeEvent(t *testing.T) {
+	small := `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}` + "\n"
+	body := `{"type":"ADDED","object":{"data":"` + strings.Repeat("a", 1<<20) + `"}}` + "\n" + strings.Repeat(small, 5000)
+	s := newWatchStream(io.NopCloser(strings.NewReader(body)))
+	ev, err := s.next()
+	require.NoError(t, err)
+	require.Equal(t, "ADDED", ev.Type)
+	events := 0
+	n := allocated(func() {
+		for {
+			if _, err := s.next(); err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				return
+			}
+			events++
+			s.more()
+		}
+	})
+	assert.Equal(t, 5000, events)
+	assert.Less(t, n, uint64(16<<20), "bytes allocated for 330 KiB of events")
+}
+
+// hangingDialer is a dialer whose dials hang, as to an address that never
+// answers, until their context ends.
+func hangingDialer() (d *net.Dialer, started, ended chan struct{}) {
+	started, ended = make(chan struct{}, 100), make(chan struct{}, 100)
+	return &net.Dialer{ControlContext: func(ctx context.Context, _, _ string, _ syscall.RawConn) error {
+		started <- struct{}{}
+		defer func() { ended <- struct{}{} }()
+		<-ctx.Done()
+		return ctx.Err()
+	}}, started, ended
+}
+
+// A dial still hanging when the client closes ends then. net/http dials on
+// a context detached from the request, so cancelling the request (as
+// Close does to the watch's) leaves the dial, with its goroutine and
+// socket, for up to dialTimeout.
+func TestCloseEndsDials(t *testing.T) {
+	before := goroutines()
+	d, started, ended := hangingDialer()
+	cs := newConns()
+	base, err := url.Parse("https://127.0.0.1:1")
+	require.NoError(t, err)
+	c := &client{base: base, http: &http.Client{Transport: &http.Transport{DialContext: cs.dial(d)}}, conns: cs}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	listed := make(chan error, 1)
+	go func() {
+		listed <- c.list(ctx, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", nil, request{verb: "list"}, &objectList{})
+	}()
+	<-started
+	cancel()
+	require.ErrorIs(t, <-listed, context.Canceled)
+	select {
+	case <-ended:
+		t.Fatal("cancelling the request ended the dial: this test no longer tests anything")
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	begin := time.Now()
+	c.close()
+	select {
+	case <-ended:
+	case <-time.After(waitFor):
+		t.Fatal("the dial is still in progress after close")
+	}
+	assert.Less(t, time.Since(begin), time.Second)
+	eventually(t, "the dial's goroutine to end", func() bool {
+		for id, g := range goroutines() {
+			if _, ok := before[id]; !ok && strings.Contains(g, "dialConnFor") {
+				return false
+			}
+		}
+		return true
+	})
+	checkNoLeaks(t, before)
+
+	// A dial after close fails at once.
+	_, err = cs.dial(d)(context.Background(), "tcp", "127.0.0.1:1")
+	require.ErrorIs(t, err, net.ErrClosed)
+	assert.Empty(t, started)
+}
+
+// A client remembers at most maxWarnings distinct warnings; past that, it
+// logs a new one at most once per errorPeriod, saying how many it held
+// back. A warning is cut to maxErrorMessage bytes.
+func TestWarningsBounded(t *testing.T) {
+	rec := &recLogger{t: t}
+	log := testLog(rec)
+	var ws warnings
+	for i := range 1000 {
+		ws.log(log, []string{fmt.Sprintf(`299 - "warning %d"`, i), `299 - "warning 0"`})
+	}
+	assert.Equal(t, maxWarnings, len(ws.seen), "warnings remembered")
+	require.Equal(t, maxWarnings+1, len(rec.lines), "lines logged") // and warning 64, the first past the bound
+	assert.Contains(t, rec.lines[maxWarnings], `warning 64"`)
+
+	ws.log(log, []string{`299 - "warning 5"`}) // remembered
+	ws.last = ws.last.Add(-errorPeriod)
+	ws.log(log, []string{`299 - "warning 1000"`, `299 - "warning 1001"`})
+	require.Equal(t, maxWarnings+2, len(rec.lines), "lines logged")
+	assert.Contains(t, rec.lines[maxWarnings+1], `warning 1000" suppressed=935`)
+
+	ws = warnings{}
+	ws.log(log, []string{strings.Repeat("w", 1<<20)})
+	require.Len(t, ws.seen, 1)
+	for w := range ws.seen {
+		assert.Equal(t, strings.Repeat("w", maxErrorMessage)+"... (1047552 more bytes)", w)
+	}
+}
+
+// A certificate that does not verify fails NewServerList at once, with the
+// fix for its reason: the CA file for an unknown CA, the URL's host for a
+// certificate of other hosts, the clock for an expired one.
+func TestCertificateErrors(t *testing.T) {
+	f := newFakeAPI(t) // a certificate for 127.0.0.1, ::1 and example.com
+	_, port, err := net.SplitHostPort(f.Listener.Addr().String())
+	require.NoError(t, err)
+	expiredCA, expiredCert := testCAUntil(t, time.Now().Add(-time.Minute))
+	expired := httptest.NewUnstartedServer(http.NotFoundHandler())
+	expired.TLS = &tls.Config{Certificates: []tls.Certificate{expiredCert}}
+	expired.Config.ErrorLog = log.New(io.Discard, "", 0)
+	expired.StartTLS()
+	t.Cleanup(expired.Close)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want []string
+		not  string
+	}{
+		{"unknown CA", []Option{WithCAFile("")},
+			[]string{"x509: certificate signed by unknown authority", "not signed by a CA this client trusts; give its CA with WithCAFile"}, "WithAPIServer"},
+		{"another host", []Option{WithAPIServer("https://" + net.JoinHostPort("localhost", port))},
+			[]string{"x509: certificate is valid for", "not localhost", `the API server's certificate does not name host "localhost"`, "WithAPIServer"}, "WithCAFile"},
+		{"expired", []Option{WithAPIServer(expired.URL), WithCAFile(writeFile(t, "ca.crt", string(expiredCA)))},
+			[]string{"x509: certificate has expired", "check this machine's clock, or renew the API server's certificate"}, "WithCAFile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			_, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, f, tc.opts...)...)
+			for _, want := range tc.want {
+				assert.ErrorContains(t, err, want)
+			}
+			assert.NotContains(t, err.Error(), tc.not)
+			assert.NoError(t, ctx.Err(), "NewServerList waited for its context")
 		})
 	}
 }

@@ -115,11 +115,19 @@ func (ca *caTransport) expire() {
 // CloseIdleConnections is not enough: a watch cancelled by Close releases its
 // HTTP/2 stream a moment after Close returns, and the connection, idle too
 // late, would stay open with its reader goroutine until the API server
-// dropped it.
+// dropped it. It tracks dials in progress too: net/http dials on a context
+// detached from the request, so that the connection can serve the next
+// one, and a dial that hangs would hold a goroutine and a socket for up to
+// dialTimeout after Close.
 type conns struct {
-	mu     sync.Mutex
-	open   map[*trackedConn]bool
-	closed bool
+	mu      sync.Mutex
+	open    map[*trackedConn]bool
+	dialing map[*context.CancelFunc]bool
+	closed  bool
+}
+
+func newConns() *conns {
+	return &conns{open: map[*trackedConn]bool{}, dialing: map[*context.CancelFunc]bool{}}
 }
 
 type trackedConn struct {
@@ -134,16 +142,29 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// dial returns d's DialContext, tracking the connections it makes.
+// dial returns d's DialContext, tracking the dials and the connections it
+// makes.
 func (cs *conns) dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cs.mu.Lock()
+		closed := cs.closed
+		if !closed {
+			cs.dialing[&cancel] = true // for closeAll to cancel
 		}
+		cs.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
+		c, err := d.DialContext(ctx, network, addr)
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
-		if cs.closed { // a dial that finished after close
+		delete(cs.dialing, &cancel)
+		switch {
+		case err != nil:
+			return nil, err
+		case cs.closed: // a dial that finished after close
 			c.Close()
 			return nil, net.ErrClosed
 		}
@@ -153,12 +174,15 @@ func (cs *conns) dial(d *net.Dialer) func(ctx context.Context, network, addr str
 	}
 }
 
-// closeAll closes every connection, and any made later.
+// closeAll ends every dial and closes every connection, and any made later.
 func (cs *conns) closeAll() {
 	cs.mu.Lock()
-	open := cs.open
-	cs.open, cs.closed = nil, true
+	open, dialing := cs.open, cs.dialing
+	cs.open, cs.dialing, cs.closed = nil, nil, true
 	cs.mu.Unlock()
+	for cancel := range dialing {
+		(*cancel)()
+	}
 	for c := range open {
 		c.Conn.Close()
 	}
