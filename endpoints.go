@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -307,8 +308,8 @@ type port struct {
 type endpointSlice struct {
 	Metadata    objectMeta `json:"metadata"`
 	AddressType string     `json:"addressType"`
-	Endpoints   []struct {
-		Addresses  []string `json:"addresses"`
+	Endpoints   bounded[struct {
+		Addresses  bounded[string, limit100] `json:"addresses"`
 		Conditions struct {
 			Ready       *bool `json:"ready"`
 			Serving     *bool `json:"serving"`
@@ -316,19 +317,62 @@ type endpointSlice struct {
 		} `json:"conditions"`
 		Hostname  *string    `json:"hostname"`
 		TargetRef *objectRef `json:"targetRef"`
-	} `json:"endpoints"`
-	Ports []port `json:"ports"`
+	}, limit1000] `json:"endpoints"`
+	Ports bounded[port, limit100] `json:"ports"`
 }
 
 // endpoints is a core/v1 Endpoints.
 type endpoints struct {
 	Metadata objectMeta `json:"metadata"`
-	Subsets  []struct {
-		Addresses []struct {
+	Subsets  bounded[struct {
+		Addresses bounded[struct {
 			IP        string     `json:"ip"`
 			Hostname  string     `json:"hostname"`
 			TargetRef *objectRef `json:"targetRef"`
-		} `json:"addresses"`
-		Ports []port `json:"ports"`
-	} `json:"subsets"`
+		}, limit1000] `json:"addresses"`
+		Ports bounded[port, limit100] `json:"ports"`
+	}, limit1000] `json:"subsets"`
+}
+
+// bounded is a JSON array of at most L's limit of elements, the API's own
+// limits (1000 endpoints a slice, 100 ports and addresses an endpoint),
+// decoded one element at a time: a broken API server's array of a million
+// empty objects is an error, not gigabytes of structs.
+type bounded[T any, L limit] []T
+
+type limit interface{ max() int }
+
+type (
+	limit100  struct{}
+	limit1000 struct{}
+)
+
+func (limit100) max() int  { return 100 }
+func (limit1000) max() int { return 1000 }
+
+func (b *bounded[T, L]) UnmarshalJSON(data []byte) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	tok, err := d.Token()
+	switch {
+	case err != nil:
+		return err
+	case tok == nil: // null
+		*b = nil
+		return nil
+	case tok != json.Delim('['):
+		return fmt.Errorf("want an array, not %v", tok)
+	}
+	var l L
+	*b = (*b)[:0]
+	for d.More() {
+		if len(*b) == l.max() {
+			return fmt.Errorf("an array of more than %d elements, the API's limit", l.max())
+		}
+		var v T
+		if err := d.Decode(&v); err != nil {
+			return err
+		}
+		*b = append(*b, v)
+	}
+	return nil
 }

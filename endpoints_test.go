@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -331,4 +332,33 @@ func checkAddr(t *testing.T, a *staticAddr) netip.AddrPort {
 	require.True(t, usable(ap.Addr()), "unusable address %q", a.str)
 	require.True(t, ap.Port() >= 1, "port 0 in %q", a.str)
 	return ap
+}
+
+// Arrays are held to the API's limits while they are decoded: a slice of
+// more than 1000 endpoints is an error, and 7 MiB of empty endpoints cost
+// kilobytes, not the gigabyte of structs they would decode to.
+func TestBoundedArrays(t *testing.T) {
+	d := decoder{t: target{service: "memcache", namespace: "default", port: 11211}}
+	sliceOf := func(n int, ep string) []byte {
+		return []byte(`{"kind":"EndpointSlice","metadata":{"name":"a"},"addressType":"IPv4","endpoints":[` +
+			strings.TrimSuffix(strings.Repeat(ep+",", n), ",") + `],"ports":[{"name":"memcache","port":11211}]}`)
+	}
+	_, _, eps, err := d.decode(sliceOf(1000, `{"addresses":["10.0.0.1"]}`))
+	require.NoError(t, err)
+	require.Len(t, eps, 1000)
+
+	_, _, _, err = d.decode(sliceOf(1001, `{"addresses":["10.0.0.1"]}`))
+	require.ErrorContains(t, err, "an array of more than 1000 elements, the API's limit")
+
+	_, _, _, err = d.decode([]byte(`{"metadata":{"name":"a"},"addressType":"IPv4","endpoints":[{"addresses":[` + strings.Repeat(`"10.0.0.1",`, 100) + `"10.0.0.2"]}]}`))
+	require.ErrorContains(t, err, "more than 100 elements")
+
+	huge := sliceOf(7<<20/3, `{}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, _, _, err = d.decode(huge)
+	runtime.ReadMemStats(&after)
+	require.Error(t, err)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "bytes allocated decoding 7 MiB of empty endpoints")
 }

@@ -483,12 +483,13 @@ func TestRedirectRefused(t *testing.T) {
 				opts = append(opts, WithHTTPClient(user))
 			}
 
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
 			ss, err := NewServerList(ctx, "memcache:11211", fakeOptions(t, target, opts...)...)
 			if ss != nil {
 				ss.Close()
 			}
+			assert.NoError(t, ctx.Err(), "NewServerList waited for its context: a redirect is fatal")
 			assert.Empty(t, target.requests(), "the redirect was followed, with the token")
 			assert.Nil(t, user.CheckRedirect, "WithHTTPClient's client was changed")
 			var re *redirectError

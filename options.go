@@ -90,7 +90,8 @@ func WithSlog(l *slog.Logger) Option {
 // WithAPIServer sets the URL of the Kubernetes API server, such as
 // "https://203.0.113.7:6443", or "http://127.0.0.1:8001" for kubectl proxy.
 // With it, no in-cluster configuration is used: add WithTokenFile and
-// WithCAFile as the server needs.
+// WithCAFile as the server needs. A token goes over plain http only to a
+// loopback host, such as kubectl proxy's (which needs none).
 func WithAPIServer(url string) Option {
 	return func(o *options) { o.apiServer = url }
 }
@@ -114,7 +115,9 @@ func WithCAFile(path string) Option {
 // WithHTTPClient sets the HTTP client for API requests, for TLS or proxy
 // settings of your own. Its Timeout must be zero, since watches are long
 // requests; the ServerList bounds each request itself. The bearer token is
-// still added from the token file. WithCAFile has no effect with it.
+// still added from the token file. WithCAFile has no effect with it. The
+// ServerList uses a copy of c that refuses redirects, as Kubernetes clients
+// do: following one would send the token elsewhere.
 func WithHTTPClient(c *http.Client) Option {
 	return func(o *options) { o.httpClient = c }
 }

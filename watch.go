@@ -129,7 +129,7 @@ func classify(err error) verdict {
 			return fatal
 		}
 		return backoffRelist
-	case errors.Is(err, ErrNoPort), errors.As(err, &cert):
+	case errors.Is(err, ErrNoPort), errors.As(err, &cert), errors.As(err, new(*redirectError)):
 		return fatal
 	}
 	return backoffRelist

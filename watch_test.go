@@ -1418,12 +1418,19 @@ func TestTooManyEndpoints(t *testing.T) {
 	f.put(v4("memcache-a", ep("10.0.0.1")))
 	log := &recLogger{t: t}
 	ss := start(t, f, WithLogger(log))
-	var eps []fakeEndpoint
-	for i := range maxMembers + 1 {
-		eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 1+i>>16, i>>8&255, i&255)))
-	}
 	w := f.waitWatch(1)
-	w.apply("ADDED", v4("memcache-big", eps...))
+	var burst []string // 11 slices of 1000, the most a slice holds, in one write
+	for sl := range 11 {
+		var eps []fakeEndpoint
+		for i := sl * 1000; i < (sl+1)*1000; i++ {
+			eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 1+i>>16, i>>8&255, i&255)))
+		}
+		b := f.store(v4(fmt.Sprint("memcache-big-", sl), eps...), false)
+		line, err := json.Marshal(map[string]any{"type": "ADDED", "object": json.RawMessage(b)})
+		require.NoError(t, err)
+		burst = append(burst, string(line))
+	}
+	w.sendRaw(strings.Join(burst, "\n"))
 	eventually(t, "the refusal", func() bool { return log.has("refusing the Service's endpoints; keeping the servers") })
 	checkServers(t, ss, hostports("10.0.0.1")...)
 }
