@@ -226,7 +226,9 @@ func TestFaultCARotation(t *testing.T) {
 	}
 	d := l.waitServers(t, addrs(pods[1:], 11211), 30*time.Second)
 	t.Logf("a change after the CA rotation reached the ring in %v", d.Round(time.Millisecond))
-	if !slices.ContainsFunc(l.log.messages(), func(m string) bool { return strings.Contains(m, "the API server CA changed") && strings.Contains(m, "file="+as.CAFile) }) {
+	if !slices.ContainsFunc(l.log.messages(), func(m string) bool {
+		return strings.Contains(m, "the API server CA changed") && strings.Contains(m, "file="+as.CAFile)
+	}) {
 		t.Errorf("the library did not log the new CA")
 	}
 }
