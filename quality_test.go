@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -41,96 +40,49 @@ import (
 
 var qualityJSON = flag.String("quality-json", "", "measure at the report's sizes and write the figures to this JSON `file` for internal/benchreport (make bench)")
 
-// qCount counts key hashes exactly: the whole 64-bit space, 2^64 hashes,
-// does not fit in a uint64.
-type qCount struct{ hi, lo uint64 }
-
-func (c *qCount) add(n uint64) {
-	var carry uint64
-	c.lo, carry = bits.Add64(c.lo, n, 0)
-	c.hi += carry
-}
-
-// fraction returns the count as a fraction of the 2^64 key hashes.
-func (c qCount) fraction() float64 { return float64(c.hi) + float64(c.lo)/0x1p64 }
-
-// qShares returns each member's exact share of the key space, by id. Point
-// i owns the arc (hashes[i-1], hashes[i]]; the first point also owns the arc
-// past the last one, which the unsigned subtraction wraps around zero. Among
-// equal hashes the first point wins (it is the first at or after any key),
-// so the others own empty arcs.
+// qShares returns each member's exact share of the key space, by id: the
+// fraction of the slots it owns, since every slot is the same width.
 func qShares(r *ring) map[string]float64 {
-	counts := make([]qCount, len(r.members))
-	prev := r.hashes[len(r.hashes)-1]
-	for i, h := range r.hashes {
-		counts[r.owners[i]].add(h - prev)
-		prev = h
-	}
-	if len(r.hashes) == 1 {
-		counts[r.owners[0]] = qCount{hi: 1}
+	counts := make([]int, len(r.members))
+	for s := range uint64(1 << slotBits) {
+		o, _ := r.table.get(s)
+		counts[o]++
 	}
 	shares := make(map[string]float64, len(counts))
 	for i, c := range counts {
-		shares[r.members[i].id] = c.fraction()
+		shares[r.members[i].id] = float64(c) / (1 << slotBits)
 	}
 	return shares
 }
 
 // qDiff compares exactly the owner of every key hash under rings a and b,
-// and returns the fraction of the keys whose owner changed, and of those
-// the fraction that moved between two owners present in both. owner names
-// the owner of a member: its id, or the pod behind an IP.
+// slot by slot, and returns the fraction of the keys whose owner changed,
+// and of those the fraction that moved between two owners present in both.
+// owner names the owner of a member: its id, or the pod behind an IP.
 func qDiff(a, b *ring, owner func(member) string) (moved, needless float64) {
-	names := map[string]int{}
-	intern := func(ms []member) []int {
-		ids := make([]int, len(ms))
+	names := func(ms []member) ([]string, map[string]bool) {
+		ns, in := make([]string, len(ms)), map[string]bool{}
 		for i, m := range ms {
-			name := owner(m)
-			if _, ok := names[name]; !ok {
-				names[name] = len(names)
-			}
-			ids[i] = names[name]
+			ns[i] = owner(m)
+			in[ns[i]] = true
 		}
-		return ids
+		return ns, in
 	}
-	oa, ob := intern(a.members), intern(b.members)
-	inA, inB := make([]bool, len(names)), make([]bool, len(names))
-	for _, o := range oa {
-		inA[o] = true
-	}
-	for _, o := range ob {
-		inB[o] = true
-	}
-
-	var mv, nl qCount
-	ha, hb := a.hashes, b.hashes
-	i, j := 0, 0
-	prev := max(ha[len(ha)-1], hb[len(hb)-1])
-	for i < len(ha) || j < len(hb) {
-		var x uint64 // the next point of either ring
-		if j == len(hb) || i < len(ha) && ha[i] <= hb[j] {
-			x = ha[i]
-		} else {
-			x = hb[j]
-		}
-		// The keys in (prev, x] go to the first point at or after x in each
-		// ring, or to its first point once past its last.
-		pa, pb := oa[a.owners[i%len(ha)]], ob[b.owners[j%len(hb)]]
+	na, inA := names(a.members)
+	nb, inB := names(b.members)
+	var mv, nl int
+	for s := range uint64(1 << slotBits) {
+		oa, _ := a.table.get(s)
+		ob, _ := b.table.get(s)
+		pa, pb := na[oa], nb[ob]
 		if pa != pb {
-			mv.add(x - prev)
+			mv++
 			if inB[pa] && inA[pb] {
-				nl.add(x - prev)
+				nl++
 			}
 		}
-		for i < len(ha) && ha[i] == x {
-			i++
-		}
-		for j < len(hb) && hb[j] == x {
-			j++
-		}
-		prev = x
 	}
-	return mv.fraction(), nl.fraction()
+	return float64(mv) / (1 << slotBits), float64(nl) / (1 << slotBits)
 }
 
 func byID(m member) string { return m.id }
@@ -389,15 +341,11 @@ func TestQualityShares(t *testing.T) {
 	}
 	require.InDelta(t, 1, sum, 1e-12, "sum of the shares")
 
-	prev := r.hashes[len(r.hashes)-1]
-	for i, h := range r.hashes {
-		if h == prev && i > 0 {
-			continue // a tied point owns nothing
-		}
-		want := &r.members[r.owners[i]]
-		require.Same(t, want, r.pick(h), "pick(%#x), the end of point %d's arc", h, i)
-		require.Same(t, want, r.pick(prev+1), "pick(%#x), the start of point %d's arc", prev+1, i)
-		prev = h
+	for _, slot := range []uint64{0, 1, 12345, 1<<slotBits - 1} {
+		o, _ := r.table.get(slot)
+		want := &r.members[o]
+		require.Same(t, want, r.pick(slot<<(64-slotBits)), "pick of the first hash of slot %d", slot)
+		require.Same(t, want, r.pick((slot+1)<<(64-slotBits)-1), "pick of the last hash of slot %d", slot)
 	}
 
 	const keys = 200000

@@ -1,7 +1,7 @@
 package selector
 
 import (
-	"math"
+	"encoding/binary"
 	"math/bits"
 	"net"
 	"slices"
@@ -14,12 +14,10 @@ import (
 // when WithPointsPerServer is not used. It is part of the key mapping: every
 // process that shares a cache must use the same value.
 //
-// The busiest member's share of the key space exceeds the mean by about
-// 1/sqrt(points) times a factor that grows slowly with the member count:
-// with 1500 points, by 4% on average at 10 members and 7% at 100 (1000
-// points give 5% and 8%). A ring of 1000 members keeps 26 MB: 12 bytes a
-// point and an 8 MB table.
-const DefaultPointsPerServer = 1500
+// The busiest member's share of the key space exceeds the mean by about 4%
+// at 10 members and 5-9% at 100 to 1000 (see BENCHMARKS.md); more points
+// balance better and rebuild more slowly.
+const DefaultPointsPerServer = 2500
 
 // member is one server on the ring. id decides where its points go; addr is
 // where its connections go. They differ for StatefulSet pods, whose id (the
@@ -43,288 +41,221 @@ func newStaticAddr(a net.Addr) *staticAddr {
 }
 
 // ring is an immutable consistent-hash ring: a pure function of its member
-// ids and the points per member. Every point is the xxhash of id+"-"+i;
-// a key belongs to the first point at or after its own hash, wrapping
-// around. Points are sorted by hash, ties broken by id, so the mapping does
-// not depend on input order or history.
+// ids and the points per member.
 //
-// A table splits the hash space into buckets: four per point, and at most
-// maxTable (8 MB). Most buckets hold no point, and their entry is the owner
-// of the whole bucket; the entry of any other bucket is where to start
-// scanning the points (see bucketEntry). So most lookups read the table and
-// the member, and few scan more than a few points. A ring is never modified
-// after build and is safe for concurrent use.
+// Each member has points on a ring of 64-bit values, drawn from its id's
+// xxhash (see point). The ring is read at a
+// fixed set of slots: slot s starts at s<<(64-slotBits), and the slot's
+// owner is the member of the first point at or after its start; a key
+// belongs to the owner of its hash's slot. Every slot follows the ring, so
+// the ring's properties hold exactly: removing a member moves only the
+// slots it owned, adding one moves slots only to it, and no slot moves
+// between members that stay. The table keeps, per slot, its owner and the
+// next distinct member along the ring (its successor), which is where the
+// slot goes if its owner is removed; so a lookup is one hash and one read of
+// a table of 2 to 4 MB, whatever the number of members.
+//
+// Points are compared by their top 50 bits, ties broken by member id: the
+// order is total, and the mapping does not depend on input order or history.
 type ring struct {
 	members []member   // sorted by id, no duplicate ids
 	servers []net.Addr // the members' distinct addresses, sorted
-	hashes  []uint64   // point hashes, sorted
-	owners  []uint32   // owners[i] indexes members for hashes[i]
-	scan    []uint64   // hashes and a sentinel above every hash, to end scans
-	table   []bucketEntry
-	size    uint64 // len(table)
-	points  int    // per member
+	table   slotTable
+	points  int // per member
 }
 
 const (
-	tablePerPoint = 4          // buckets per point
-	maxTable      = 1 << 21    // buckets at most: 8 MB
-	sortGroupBits = 8          // the sort's first round makes 2^8 groups
-	maxPoints     = 100000     // per member; with maxMembers, keeps point indexes below ownerFlag
-	maxMembers    = 10000      // per ring, and maxRingPoints in all, so that a broken API
-	maxRingPoints = 1 << 24    // server cannot exhaust memory: a ring keeps 12 bytes a point
-	gone          = ^uint32(0) // in merge, the new index of a member that left
+	slotBits      = 20      // 2^20 slots
+	ownerBits     = 14      // a point's low bits, which hold its member's index while building
+	maxPoints     = 100000  // per member
+	maxMembers    = 10000   // per ring: indexes fit ownerBits, and the busiest has 1.4x the mean
+	maxRingPoints = 1 << 25 // in all, which bounds a rebuild's time
+	noPoint       = ^uint64(0)
+	golden        = 0x9e3779b97f4a7c15
+	buildChunk    = 1 << 18 // points bucketed at a time
 )
 
 // maxMembersFor returns the most members a ring of the given points per
 // member takes.
 func maxMembersFor(points int) int { return min(maxMembers, maxRingPoints/max(points, 1)) }
 
+// point returns point i of a member whose id hashes to seed: a bijective
+// mix (splitmix64's) of seed plus i times the golden ratio, which spreads a
+// member's points as evenly as hashing "id-i" would, at a tenth of the cost.
+func point(seed uint64, i int) uint64 {
+	z := seed + uint64(i)*golden
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
 // newRing builds a ring over ms with the given points per member. ms must be
-// sorted by id without duplicate ids (see canonical). It returns nil for an
-// empty member set, which PickServer reports as ErrNoServers.
+// sorted by id without duplicate ids (see canonical), and at most
+// maxMembersFor(points). It returns nil for an empty member set, which
+// PickServer reports as ErrNoServers.
+//
+// A point is built as its top 64-ownerBits bits with its member's index in
+// the rest, so that comparing two is comparing their points, ties broken by
+// member. The points are bucketed by their top 8 bits, a chunk at a time, so
+// that each bucket's updates fall in 1/256 of the slots, which stay in cache.
 func newRing(ms []member, points int) *ring {
 	if len(ms) == 0 {
 		return nil
 	}
 	points = max(points, 1)
-	r := &ring{members: ms, servers: servers(ms), points: points}
-	r.scan, r.owners = sortedPoints(ms, points)
-	r.hashes = r.scan[:len(r.owners)]
-	r.fillTable()
-	return r
+	b := make([]slotBuild, 1<<slotBits)
+	for i := range b {
+		b[i] = slotBuild{noPoint, noPoint}
+	}
+	chunk := make([]uint64, 0, min(buildChunk, len(ms)*points))
+	bucketed := make([]uint64, cap(chunk))
+	apply := func() {
+		var next [257]int
+		for _, k := range chunk {
+			next[k>>56+1]++
+		}
+		for i := 1; i < len(next); i++ {
+			next[i] += next[i-1]
+		}
+		for _, k := range chunk {
+			bucketed[next[k>>56]] = k
+			next[k>>56]++
+		}
+		for _, k := range bucketed[:len(chunk)] {
+			b[k>>(64-slotBits)].add(k)
+		}
+		chunk = chunk[:0]
+	}
+	for m := range ms {
+		seed := xxhash.Sum64String(ms[m].id)
+		for i := range points {
+			if len(chunk) == cap(chunk) {
+				apply()
+			}
+			chunk = append(chunk, point(seed, i)&^(1<<ownerBits-1)|uint64(m))
+		}
+	}
+	apply()
+	return &ring{members: ms, servers: servers(ms), table: fillTable(b, len(ms)), points: points}
 }
 
-// rebuild returns the ring over ms (as newRing does) from r's points: the
-// points of the members in both are kept, only those of new members are
-// hashed and sorted, and the two runs are merged. A pod change at 1000
-// members so takes half the time of a new ring. The result is the same ring
-// as newRing's.
-func (r *ring) rebuild(ms []member, points int) *ring {
-	points = max(points, 1)
-	if r == nil || r.points != points || len(ms) == 0 {
-		return newRing(ms, points)
-	}
-	// to[i] is the new index of r's member i, or gone; added holds the new
-	// members, at addedTo[j].
-	to := make([]uint32, len(r.members))
-	for i := range to {
-		to[i] = gone
-	}
-	var added []member
-	var addedTo []uint32
-	for j, m := range ms {
-		if i, ok := slices.BinarySearchFunc(r.members, m.id, func(a member, id string) int { return strings.Compare(a.id, id) }); ok {
-			to[i] = uint32(j)
-		} else {
-			added, addedTo = append(added, m), append(addedTo, uint32(j))
+// slotBuild is what the build knows of one slot: its first point, and its
+// first point of a member other than the first's; noPoint if none.
+type slotBuild struct{ first, other uint64 }
+
+func owner(k uint64) uint16 { return uint16(k & (1<<ownerBits - 1)) }
+
+// add adds point k to the slot.
+func (s *slotBuild) add(k uint64) {
+	switch {
+	case k < s.first:
+		if owner(k) != owner(s.first) { // the old first point is now the first of another member
+			s.other = s.first
 		}
-	}
-
-	c := &ring{members: ms, servers: servers(ms), points: points}
-	addHashes, addOwners := sortedPoints(added, points)
-	c.scan, c.owners = merge(r.hashes, r.owners, to, addHashes[:len(addOwners)], addOwners, addedTo)
-	c.hashes = c.scan[:len(c.owners)]
-	c.fillTable()
-	return c
-}
-
-// merge merges two sorted runs of points into one, renumbering their owners
-// through aTo and bTo and dropping the points of a owner that aTo maps to
-// gone. Ties are broken by the new owner index. Like sortedPoints, it
-// returns the hashes with a sentinel and the owners.
-func merge(aHashes []uint64, aOwners, aTo []uint32, bHashes []uint64, bOwners, bTo []uint32) ([]uint64, []uint32) {
-	n := len(bOwners)
-	for _, o := range aOwners {
-		if aTo[o] != gone {
-			n++
-		}
-	}
-	hashes, owners := make([]uint64, n, n+1), make([]uint32, n)
-	i, j := 0, 0
-	for k := range n {
-		for i < len(aOwners) && aTo[aOwners[i]] == gone {
-			i++
-		}
-		takeA := j == len(bOwners)
-		if i < len(aOwners) && j < len(bOwners) {
-			ha, hb := aHashes[i], bHashes[j]
-			takeA = ha < hb || ha == hb && aTo[aOwners[i]] < bTo[bOwners[j]]
-		}
-		if takeA {
-			hashes[k], owners[k] = aHashes[i], aTo[aOwners[i]]
-			i++
-		} else {
-			hashes[k], owners[k] = bHashes[j], bTo[bOwners[j]]
-			j++
-		}
-	}
-	return append(hashes, math.MaxUint64), owners
-}
-
-// bucketEntry is one bucket of the table: the owner of the whole bucket
-// when no point falls in it, else the index of the first point in it, where
-// the lookup's scan starts. The two share a uint32, told apart by ownerFlag.
-type bucketEntry uint32
-
-const ownerFlag bucketEntry = 1 << 31
-
-func ownerEntry(member uint32) bucketEntry { return ownerFlag | bucketEntry(member) }
-func scanEntry(point int) bucketEntry      { return bucketEntry(point) }
-
-// owner returns the member an entry holds, if it holds one.
-func (e bucketEntry) owner() (member uint32, ok bool) {
-	return uint32(e &^ ownerFlag), e&ownerFlag != 0
-}
-
-// point returns the point an entry holds: valid only if owner is not.
-func (e bucketEntry) point() int { return int(e) }
-
-// tableSize returns the number of buckets for n points.
-func tableSize(n int) int { return min(tablePerPoint*n, maxTable) }
-
-// fillTable makes r's table from its sorted points.
-func (r *ring) fillTable() {
-	r.table = make([]bucketEntry, tableSize(len(r.hashes)))
-	r.size = uint64(len(r.table))
-	bk := 0 // the first bucket not yet filled
-	for i, h := range r.hashes {
-		for ; bk < r.bucket(h); bk++ {
-			r.table[bk] = ownerEntry(r.owners[i]) // an empty bucket: point i is next
-		}
-		if bk == r.bucket(h) {
-			r.table[bk] = scanEntry(i)
-			bk++
-		}
-	}
-	for ; bk < len(r.table); bk++ {
-		r.table[bk] = ownerEntry(r.owners[0]) // past the last point: wrap around
+		s.first = k
+	case k < s.other && owner(k) != owner(s.first):
+		s.other = k
 	}
 }
 
-// bucket returns the table bucket of hash h: its top 32 bits scaled to the
-// table's size (Lemire's fast range), so hashes and buckets keep their order
-// and the table needs no power-of-two size.
-func (r *ring) bucket(h uint64) int { return int((h >> 32) * r.size >> 32) }
+// fillTable returns the table of n members from the build state of every
+// slot. A slot's owner is the member of the first point at or after its
+// start, and its successor the first member after that one along the ring:
+// both are those of the first slot, at or after it, that holds a point. So
+// one pass from the end, wrapping around, carries (owner, successor) back
+// from each slot with a point to the slots before it. The pass runs twice,
+// because the last slots take theirs from the first, found only at the end
+// of the first pass.
+func fillTable(b []slotBuild, n int) slotTable {
+	t := newSlotTable(len(b), n)
+	const none = 1<<ownerBits - 1
+	var own, next uint16 = none, none
+	for pass := range 2 {
+		for s := len(b) - 1; s >= 0; s-- {
+			if b[s].first != noPoint {
+				// The successor is this slot's own second member, or the
+				// first member of the slots after it, or their second.
+				o := owner(b[s].first)
+				switch {
+				case b[s].other != noPoint:
+					next = owner(b[s].other)
+				case own != o:
+					next = own
+				}
+				own = o
+			}
+			if pass == 1 {
+				succ := next
+				if n == 1 {
+					succ = own
+				}
+				t.set(s, own, succ)
+			}
+		}
+	}
+	return t
+}
+
+// slotTable holds each slot's owner and successor as two member indexes of
+// bits bits each, packed little-endian into width bytes a slot: 8 bits and 2
+// bytes for up to 256 members, 12 and 3 for up to 4096, 16 and 4 beyond. A
+// lookup reads 4 bytes at width*slot, so the table ends with 2 bytes of
+// padding.
+type slotTable struct {
+	b     []byte
+	width uint64
+	bits  uint32
+	mask  uint32
+}
+
+func newSlotTable(slots, members int) slotTable {
+	bits := max(8, (bits.Len(uint(members-1))+3)/4*4)
+	t := slotTable{width: uint64(2 * bits / 8), bits: uint32(bits), mask: 1<<bits - 1}
+	t.b = make([]byte, uint64(slots)*t.width+2)
+	return t
+}
+
+func (t slotTable) set(s int, owner, succ uint16) {
+	v := uint32(owner) | uint32(succ)<<t.bits
+	e := t.b[uint64(s)*t.width:]
+	switch t.width {
+	case 2:
+		binary.LittleEndian.PutUint16(e, uint16(v))
+	case 3:
+		e[0], e[1], e[2] = byte(v), byte(v>>8), byte(v>>16)
+	default:
+		binary.LittleEndian.PutUint32(e, v)
+	}
+}
+
+// get returns the owner and successor of slot s.
+func (t slotTable) get(s uint64) (owner, succ uint32) {
+	v := binary.LittleEndian.Uint32(t.b[s*t.width:])
+	return v & t.mask, v >> t.bits & t.mask
+}
+
+func slotOf(h uint64) uint64 { return h >> (64 - slotBits) }
 
 // pick returns the member that owns hash h.
 func (r *ring) pick(h uint64) *member {
-	e := r.table[r.bucket(h)]
-	if m, ok := e.owner(); ok {
-		return &r.members[m]
-	}
-	i := e.point()
-	for r.scan[i] < h {
-		i++
-	}
-	if i == len(r.owners) {
-		i = 0
-	}
-	return &r.members[r.owners[i]]
+	o, _ := r.table.get(slotOf(h))
+	return &r.members[o]
 }
 
-// sortedPoints returns the points of ms, their hashes and owners, sorted by
-// hash and then by owner. The hashes end with a sentinel, math.MaxUint64.
-//
-// The sort takes linear time, which matters at a million points: a counting
-// sort by the top 8 bits, which writes to 256 places at a time and so stays
-// in cache; then a counting sort of each group by its next bits, in a small
-// buffer; then an insertion sort, which only has to order the point or two
-// that share those bits.
-func sortedPoints(ms []member, points int) ([]uint64, []uint32) {
-	n := len(ms) * points
-	// The hashes in member order (owner = index / points), as two halves.
-	gen := make([]uint32, 2*n)
-	var name []byte
-	for m := range ms {
-		name = append(append(name[:0], ms[m].id...), '-', '0')
-		digits := len(name) - 1
-		for i := m * points; i < (m+1)*points; i++ {
-			h := xxhash.Sum64(name)
-			gen[2*i], gen[2*i+1] = uint32(h>>32), uint32(h)
-			name = incDecimal(name, digits)
-		}
-	}
-
-	group := func(h uint64) int { return int(h >> (64 - sortGroupBits)) }
-	var start [1<<sortGroupBits + 1]int
-	for i := 0; i < len(gen); i += 2 {
-		start[gen[i]>>(32-sortGroupBits)+1]++
-	}
-	for g := 1; g < len(start); g++ {
-		start[g] += start[g-1]
-	}
-	next := start
-	hashes := make([]uint64, n, n+1)
-	owners := make([]uint32, n)
-	for m := range ms {
-		for j := 2 * m * points; j < 2*(m+1)*points; j += 2 {
-			h := uint64(gen[j])<<32 | uint64(gen[j+1])
-			i := next[group(h)]
-			next[group(h)]++
-			hashes[i], owners[i] = h, uint32(m)
-		}
-	}
-
-	subBits := max(0, bits.Len(uint(n))-1-sortGroupBits) // one or two points each
-	sub := func(h uint64) int { return int(h << sortGroupBits >> (64 - subBits)) }
-	count := make([]int, 1<<subBits+1)
-	var hs []uint64
-	var os []uint32
-	for g := range 1 << sortGroupBits {
-		lo, hi := start[g], start[g+1]
-		clear(count)
-		for _, h := range hashes[lo:hi] {
-			count[sub(h)+1]++
-		}
-		for s := 1; s < len(count); s++ {
-			count[s] += count[s-1]
-		}
-		hs, os = append(hs[:0], hashes[lo:hi]...), append(os[:0], owners[lo:hi]...)
-		for j, h := range hs {
-			k := lo + count[sub(h)]
-			count[sub(h)]++
-			hashes[k], owners[k] = h, os[j]
-		}
-		// Sorted by the bits so far, each point is at most a place or
-		// two from its final one: an insertion sort finishes in linear time.
-		insertionSort(hashes, owners, lo, hi)
-	}
-	return append(hashes, math.MaxUint64), owners
-}
-
-// incDecimal adds one to the decimal number in buf[start:]: the point names
-// id-0, id-1, ... are built several times faster than by formatting each.
-func incDecimal(buf []byte, start int) []byte {
-	for i := len(buf) - 1; i >= start; i-- {
-		if buf[i] < '9' {
-			buf[i]++
-			return buf
-		}
-		buf[i] = '0'
-	}
-	return slices.Insert(buf, start, '1')
-}
-
-// insertionSort sorts points [lo, hi) by hash, then by owner (owners index
-// members, which are sorted by id, so this breaks ties by id).
-func insertionSort(hashes []uint64, owners []uint32, lo, hi int) {
-	for i := lo + 1; i < hi; i++ {
-		h, o := hashes[i], owners[i]
-		j := i
-		for ; j > lo && (hashes[j-1] > h || hashes[j-1] == h && owners[j-1] > o); j-- {
-			hashes[j], owners[j] = hashes[j-1], owners[j-1]
-		}
-		hashes[j], owners[j] = h, o
-	}
+// owners returns the member that owns hash h and its successor, the member
+// that would own h if the owner left; with one member, both are it.
+func (r *ring) owners(h uint64) (owner, succ *member) {
+	o, s := r.table.get(slotOf(h))
+	return &r.members[o], &r.members[s]
 }
 
 // sameIDs reports whether r has exactly the member ids of ms, in which case
-// r's points can be reused and only the addresses need rebinding.
+// r's table can be reused and only the addresses need rebinding.
 func (r *ring) sameIDs(ms []member) bool {
 	return r != nil && slices.EqualFunc(r.members, ms, func(a, b member) bool { return a.id == b.id })
 }
 
-// withMembers returns a ring with r's points and the members ms, which must
+// withMembers returns a ring with r's table and the members ms, which must
 // have the same ids as r's members (sameIDs). It is how a pod that keeps its
 // identity but gets a new IP is rebound without rehashing.
 func (r *ring) withMembers(ms []member) *ring {

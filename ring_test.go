@@ -2,10 +2,8 @@ package selector
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -34,6 +32,89 @@ func (r *ring) owner(key string) string {
 	return r.pick(xxhash.Sum64String(key)).id
 }
 
+// refTable computes every slot's owner and successor the slow, obvious way:
+// all points sorted by their top 50 bits, then by member index; a slot's
+// owner is the member of the first point at or after its start, wrapping
+// around, and its successor the next distinct member along the ring.
+func refTable(ms []member, points int) (owner, succ []uint32) {
+	type pt struct {
+		v uint64 // top 50 bits
+		o uint32
+	}
+	var pts []pt
+	for m := range ms {
+		seed := xxhash.Sum64String(ms[m].id)
+		for i := range points {
+			pts = append(pts, pt{point(seed, i) >> ownerBits, uint32(m)})
+		}
+	}
+	slices.SortFunc(pts, func(a, b pt) int {
+		if a.v != b.v {
+			if a.v < b.v {
+				return -1
+			}
+			return 1
+		}
+		return int(a.o) - int(b.o)
+	})
+	// diff[i] is the member of the first point after i, wrapping around,
+	// that is not pts[i]'s (pts[i]'s own if there is none).
+	diff := make([]uint32, len(pts))
+	for i := range pts {
+		diff[i] = pts[i].o
+		for j := 1; j < len(pts) && diff[i] == pts[i].o; j++ {
+			diff[i] = pts[(i+j)%len(pts)].o
+		}
+	}
+	owner, succ = make([]uint32, 1<<slotBits), make([]uint32, 1<<slotBits)
+	i := 0
+	for s := range owner {
+		start := uint64(s) << (64 - slotBits) >> ownerBits
+		for i < len(pts) && pts[i].v < start {
+			i++
+		}
+		p := i % len(pts)
+		owner[s], succ[s] = pts[p].o, diff[p]
+	}
+	return owner, succ
+}
+
+// TestRingTable checks every slot of the table against refTable, for every
+// width of the table's encoding.
+func TestRingTable(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		n, points int
+		width     uint64 // bytes a slot
+	}{
+		{"one member one point", 1, 1, 2},
+		{"one member", 1, 100, 2},
+		{"two members one point each", 2, 1, 2},
+		{"three members", 3, 1000, 2},
+		{"256 members: 8 bits", 256, 5, 2},
+		{"257 members: 12 bits", 257, 5, 3},
+		{"4097 members: 16 bits", 4097, 1, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := canonical(podMembers(tc.n))
+			r := newRing(ms, tc.points)
+			require.Equal(t, tc.width, r.table.width)
+			require.Len(t, r.table.b, int(tc.width)<<slotBits+2)
+			owner, succ := refTable(ms, tc.points)
+			for s := range uint64(1 << slotBits) {
+				o, n := r.table.get(s)
+				if o != owner[s] || n != succ[s] {
+					require.Failf(t, "wrong slot", "slot %d: owner %d successor %d, want %d and %d", s, o, n, owner[s], succ[s])
+				}
+			}
+			first, second := r.owners(0)
+			require.Same(t, &r.members[owner[0]], first)
+			require.Same(t, &r.members[succ[0]], second)
+			require.Same(t, first, r.pick(1<<(64-slotBits)-1), "the last hash of slot 0")
+		})
+	}
+}
+
 // TestRingGolden pins the key-to-member mapping. If this test fails, the
 // change remaps the caches of every user on upgrade: do not update the
 // table unless that is intended and released as a breaking change.
@@ -43,8 +124,8 @@ func TestRingGolden(t *testing.T) {
 		ids    []string
 		points int
 		keys   map[string]string // key -> owner
-		// fingerprint is the xxhash of the owners of key:0 ... key:99999,
-		// so that any change to any key's owner shows.
+		// fingerprint is the xxhash of the owners and successors of key:0
+		// ... key:99999, so that any change to any key's owners shows.
 		fingerprint uint64
 	}{
 		{
@@ -52,97 +133,57 @@ func TestRingGolden(t *testing.T) {
 			ids:    []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"},
 			points: DefaultPointsPerServer,
 			keys: map[string]string{
-				"":                    "10.0.0.2:11211",
-				"a":                   "10.0.0.3:11211",
+				"":                    "10.0.0.3:11211",
+				"a":                   "10.0.0.1:11211",
 				"foo":                 "10.0.0.3:11211",
 				"user:42":             "10.0.0.2:11211",
 				"session:7f3a9c":      "10.0.0.3:11211",
-				"the quick brown fox": "10.0.0.2:11211",
-				"memcache-key-0001":   "10.0.0.2:11211",
-				"memcache-key-0002":   "10.0.0.1:11211",
+				"the quick brown fox": "10.0.0.1:11211",
+				"memcache-key-0001":   "10.0.0.3:11211",
+				"memcache-key-0002":   "10.0.0.2:11211",
 			},
-			fingerprint: 0xcd042ac72836dfc2,
+			fingerprint: 0x96c7785ade53820a,
 		},
 		{
 			name:   "pod names at 160 points",
 			ids:    []string{"memcache-0:11211", "memcache-1:11211", "memcache-2:11211", "memcache-3:11211", "memcache-4:11211"},
 			points: 160,
 			keys: map[string]string{
-				"a":              "memcache-1:11211",
-				"foo":            "memcache-0:11211",
-				"user:42":        "memcache-2:11211",
-				"session:7f3a9c": "memcache-4:11211",
+				"a":              "memcache-2:11211",
+				"foo":            "memcache-1:11211",
+				"user:42":        "memcache-0:11211",
+				"session:7f3a9c": "memcache-3:11211",
 			},
-			fingerprint: 0xceb8166e6f71fd4a,
+			fingerprint: 0xcb62ee26d65333b6,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRing(canonical(members(tc.ids...)), tc.points)
-			for key, want := range tc.keys {
-				require.Equal(t, want, r.owner(key), "owner of %q", key)
+			got := map[string]string{}
+			for key := range tc.keys {
+				got[key] = r.owner(key)
 			}
 			d := xxhash.New()
 			for i := range 100000 {
-				d.WriteString(r.owner(fmt.Sprintf("key:%d", i)))
+				o, s := r.owners(xxhash.Sum64String(fmt.Sprintf("key:%d", i)))
+				d.WriteString(o.id + " " + s.id + "\n")
 			}
-			require.Equal(t, tc.fingerprint, d.Sum64(), "fingerprint of the owners of 100000 keys")
+			require.Equal(t, tc.keys, got)
+			require.Equal(t, tc.fingerprint, d.Sum64(), "fingerprint of the owners of 100000 keys: %#x", d.Sum64())
 		})
 	}
 }
 
-// TestRingPoints pins the point names: id + "-" + i in decimal.
+// TestRingPoints pins how points are drawn from the id's xxhash, and that a
+// member's points do not repeat.
 func TestRingPoints(t *testing.T) {
-	const points = 1234 // crosses 1-, 2-, 3- and 4-digit suffixes
-	r := newRing(members("a:1"), points)
-	want := make([]uint64, points)
-	for i := range want {
-		want[i] = xxhash.Sum64String(fmt.Sprintf("a:1-%d", i))
-	}
-	slices.Sort(want)
-	require.Equal(t, want, r.hashes)
-}
-
-// TestRingPick checks the indexed lookup against a binary search of the
-// sorted points, at hashes around every point (every few points in the big
-// rings) and at the edges of the space, for each way the table is sized.
-func TestRingPick(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		n, points int
-		wantTable int // buckets
-	}{
-		{"one member one point", 1, 1, 4},
-		{"one member", 1, 1000, 4000},
-		{"three members", 3, 1000, 12000},
-		{"many members few points", 50, 3, 600},
-		{"500k points: four buckets a point", 1000, 500, 2000000},
-		{"1.5M points: at most maxTable", 1000, 1500, maxTable},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRing(canonical(podMembers(tc.n)), tc.points)
-			require.Len(t, r.table, tc.wantTable)
-			ref := func(h uint64) uint32 {
-				i := sort.Search(len(r.hashes), func(i int) bool { return r.hashes[i] >= h })
-				if i == len(r.hashes) {
-					i = 0
-				}
-				return r.owners[i]
-			}
-			probes := []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 1, 1 << 63}
-			stride := max(1, len(r.hashes)/20000)
-			for i := 0; i < len(r.hashes); i += stride {
-				h := r.hashes[i]
-				probes = append(probes, h-1, h, h+1)
-			}
-			rng := rand.New(rand.NewPCG(1, 2))
-			for range 10000 {
-				probes = append(probes, rng.Uint64())
-			}
-			for _, h := range probes {
-				got, want := r.pick(h), &r.members[ref(h)]
-				require.Same(t, want, got, "pick(%#x) = %s, want %s", h, got.id, want.id)
-			}
-		})
+	seed := xxhash.Sum64String("memcache-0:11211")
+	require.Equal(t, []uint64{0x318998fa00a9f349, 0x6ff607317d67c664, 0x3e6a8601db77a41e}, []uint64{point(seed, 0), point(seed, 1), point(seed, 1000)})
+	seen := map[uint64]bool{}
+	for i := range 100000 {
+		p := point(seed, i)
+		require.False(t, seen[p], "point %d repeats", i)
+		seen[p] = true
 	}
 }
 
@@ -153,47 +194,71 @@ func TestRingCanonical(t *testing.T) {
 	want := newRing(canonical(members(ids...)), 100)
 
 	rng := rand.New(rand.NewPCG(3, 4))
-	for range 20 {
+	for range 5 {
 		shuffled := slices.Clone(ids)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		shuffled = append(shuffled, shuffled[:rng.IntN(len(shuffled))]...)
 		got := newRing(canonical(members(shuffled...)), 100)
-		require.Equal(t, want.hashes, got.hashes)
-		require.Equal(t, want.owners, got.owners)
+		require.Equal(t, want.table, got.table)
 		require.Equal(t, want.members, got.members)
 	}
 }
 
-// TestRingTies: equal point hashes are ordered by id, whatever the input.
-func TestRingTies(t *testing.T) {
-	r := &ring{hashes: []uint64{5, 5, 5, 3}, owners: []uint32{2, 0, 1, 2}}
-	insertionSort(r.hashes, r.owners, 0, 4)
-	require.Equal(t, []uint64{3, 5, 5, 5}, r.hashes)
-	require.Equal(t, []uint32{2, 0, 1, 2}, r.owners)
+// TestSlotBuild: a slot keeps its first point and its first point of
+// another member; equal points are ordered by member, whatever the order
+// they come in.
+func TestSlotBuild(t *testing.T) {
+	k := func(v uint64, o uint16) uint64 { return v<<ownerBits | uint64(o) }
+	for _, tc := range []struct {
+		name         string
+		points       []uint64
+		first, other uint64
+	}{
+		{"empty", nil, noPoint, noPoint},
+		{"one point", []uint64{k(5, 1)}, k(5, 1), noPoint},
+		{"one member", []uint64{k(5, 1), k(3, 1), k(9, 1)}, k(3, 1), noPoint},
+		{"second member later", []uint64{k(5, 1), k(9, 2), k(7, 2)}, k(5, 1), k(7, 2)},
+		{"second member first", []uint64{k(5, 1), k(3, 2)}, k(3, 2), k(5, 1)},
+		{"first member moves ahead", []uint64{k(5, 1), k(7, 2), k(3, 1)}, k(3, 1), k(7, 2)},
+		{"a third member between", []uint64{k(3, 1), k(9, 2), k(5, 3)}, k(3, 1), k(5, 3)},
+		{"ties by member", []uint64{k(5, 2), k(5, 0), k(5, 1)}, k(5, 0), k(5, 1)},
+		{"ties by member, other order", []uint64{k(5, 1), k(5, 2), k(5, 0)}, k(5, 0), k(5, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := slotBuild{noPoint, noPoint}
+			for _, p := range tc.points {
+				s.add(p)
+			}
+			require.Equal(t, slotBuild{tc.first, tc.other}, s)
+		})
+	}
 }
 
-// TestRingMovement checks minimal disruption key by key: removing a member
-// moves only its keys, adding one moves keys only to it.
+// TestRingMovement checks minimal disruption slot by slot: removing a member
+// moves only its slots, each to that slot's successor, and adding one moves
+// slots only to it.
 func TestRingMovement(t *testing.T) {
 	ms := canonical(podMembers(10))
 	full := newRing(ms, DefaultPointsPerServer)
-	keys := make([]string, 20000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key:%d", i)
-	}
 	for gone := range ms {
 		rest := slices.Delete(slices.Clone(ms), gone, gone+1)
 		less := newRing(rest, DefaultPointsPerServer)
-		for _, k := range keys {
-			before, after := full.owner(k), less.owner(k)
-			if before != ms[gone].id {
-				require.Equal(t, before, after, "key %q moved between survivors when %s left", k, ms[gone].id)
-			}
-			// Read in reverse, the same pair is an add of ms[gone].
-			if after != before {
-				require.Equal(t, ms[gone].id, before, "key %q moved to %s, not to the added member", k, before)
+		moved := 0
+		for s := range uint64(1 << slotBits) {
+			o, n := full.table.get(s)
+			after, _ := less.table.get(s)
+			before, next, now := full.members[o].id, full.members[n].id, less.members[after].id
+			switch {
+			case before == ms[gone].id:
+				moved++
+				if now != next {
+					require.Failf(t, "wrong successor", "slot %d of %s went to %s, not to its successor %s", s, before, now, next)
+				}
+			case now != before: // read in reverse, this is an add of ms[gone]
+				require.Failf(t, "moved between survivors", "slot %d moved from %s to %s when %s left", s, before, now, ms[gone].id)
 			}
 		}
+		require.NotZero(t, moved)
 	}
 }
 
@@ -202,102 +267,30 @@ func TestRingEmpty(t *testing.T) {
 	require.False(t, (*ring)(nil).sameIDs(podMembers(1)))
 }
 
-func TestIncDecimal(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"x-0", "x-1"}, {"x-9", "x-10"}, {"x-19", "x-20"}, {"x-999", "x-1000"}, {"x-1099", "x-1100"},
-	} {
-		require.Equal(t, tc.want, string(incDecimal([]byte(tc.in), 2)), tc.in)
-	}
-}
-
-// TestRingRebuild: a ring rebuilt from the previous one is the ring newRing
-// builds, whatever the change.
-func TestRingRebuild(t *testing.T) {
-	ids := func(lo, hi int) []member {
+// FuzzRing checks random member sets against refTable at random slots.
+func FuzzRing(f *testing.F) {
+	f.Add([]byte{1, 2, 3}, uint8(10), uint64(1))
+	f.Add([]byte{0}, uint8(1), uint64(2))
+	f.Add([]byte{5, 5, 6, 200, 201}, uint8(200), uint64(3))
+	f.Fuzz(func(t *testing.T, ids []byte, points uint8, seed uint64) {
 		var s []string
-		for i := lo; i < hi; i++ {
-			s = append(s, fmt.Sprintf("10.0.%d.%d:11211", i/250, i%250+1))
+		for _, x := range ids {
+			s = append(s, fmt.Sprintf("pod-%d:11211", x))
 		}
-		return canonical(members(s...))
-	}
-	for _, tc := range []struct {
-		name     string
-		from, to []member
-		points   int
-	}{
-		{"one added", ids(0, 10), ids(0, 11), 100},
-		{"one removed", ids(0, 10), ids(1, 10), 100},
-		{"one replaced", ids(0, 10), ids(1, 11), 100},
-		{"half removed", ids(0, 40), ids(0, 20), 50},
-		{"many added", ids(0, 3), ids(0, 60), 50},
-		{"all replaced", ids(0, 10), ids(10, 20), 100},
-		{"from one member", ids(0, 1), ids(0, 5), 1000},
-		{"to one member", ids(0, 5), ids(4, 5), 1000},
-		{"one point each", ids(0, 200), ids(100, 300), 1},
-		{"at the default points", ids(0, 100), ids(1, 101), DefaultPointsPerServer},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			old := newRing(slices.Clone(tc.from), tc.points)
-			got := old.rebuild(slices.Clone(tc.to), tc.points)
-			want := newRing(slices.Clone(tc.to), tc.points)
-			require.Equal(t, want.hashes, got.hashes)
-			require.Equal(t, want.scan, got.scan)
-			require.Equal(t, want.owners, got.owners)
-			require.Equal(t, want.table, got.table)
-			require.Equal(t, want.members, got.members)
-			require.Equal(t, want.size, got.size)
-		})
-	}
-	t.Run("other points or no members", func(t *testing.T) {
-		r := newRing(ids(0, 5), 100)
-		require.Equal(t, newRing(ids(0, 6), 160).hashes, r.rebuild(ids(0, 6), 160).hashes)
-		require.Nil(t, r.rebuild(nil, 100))
-		require.Equal(t, newRing(ids(0, 6), 100).hashes, (*ring)(nil).rebuild(ids(0, 6), 100).hashes)
-	})
-}
-
-// TestRingMerge: merged runs are ordered by hash and then by new owner, and
-// the points of members that left are dropped.
-func TestRingMerge(t *testing.T) {
-	hashes, owners := merge(
-		[]uint64{1, 5, 5, 9}, []uint32{0, 1, 2, 1}, []uint32{0, 3, gone}, // old members 0, 1 stay as 0, 3; 2 left
-		[]uint64{5, 9, 12}, []uint32{0, 0, 1}, []uint32{2, 4}, // new members 0, 1 are 2, 4
-	)
-	require.Equal(t, []uint64{1, 5, 5, 9, 9, 12, math.MaxUint64}, hashes)
-	require.Equal(t, []uint32{0, 2, 3, 2, 3, 4}, owners)
-}
-
-// FuzzRingRebuild: a ring rebuilt from any previous ring is the ring built
-// from scratch, and every key's owner is the first point at or after it.
-func FuzzRingRebuild(f *testing.F) {
-	f.Add([]byte{1, 2, 3}, []byte{2, 3, 4}, uint8(10))
-	f.Add([]byte{0}, []byte{}, uint8(1))
-	f.Add([]byte{5, 5, 6}, []byte{6, 7, 7, 8}, uint8(200))
-	f.Fuzz(func(t *testing.T, from, to []byte, points uint8) {
-		ids := func(b []byte) []member {
-			var ms []member
-			for _, x := range b {
-				ms = append(ms, member{id: fmt.Sprintf("pod-%d:11211", x), addr: &staticAddr{network: "tcp", str: fmt.Sprintf("10.0.0.%d:11211", x)}})
-			}
-			return canonical(ms)
-		}
+		ms := canonical(members(s...))
 		p := int(points%50) + 1
-		old := newRing(ids(from), p)
-		got := old.rebuild(ids(to), p)
-		want := newRing(ids(to), p)
-		if want == nil {
-			require.Nil(t, got)
+		r := newRing(ms, p)
+		if len(ms) == 0 {
+			require.Nil(t, r)
 			return
 		}
-		require.Equal(t, want.hashes, got.hashes)
-		require.Equal(t, want.owners, got.owners)
-		require.Equal(t, want.table, got.table)
-		for _, h := range []uint64{0, math.MaxUint64, want.hashes[0], want.hashes[len(want.hashes)-1] + 1} {
-			i := sort.Search(len(want.hashes), func(i int) bool { return want.hashes[i] >= h })
-			if i == len(want.hashes) {
-				i = 0
-			}
-			require.Equal(t, want.members[want.owners[i]].id, got.pick(h).id)
+		owner, succ := refTable(ms, p)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		for range 1000 {
+			slot := rng.Uint64N(1 << slotBits)
+			o, n := r.table.get(slot)
+			require.Equal(t, owner[slot], o, "owner of slot %d", slot)
+			require.Equal(t, succ[slot], n, "successor of slot %d", slot)
 		}
 	})
 }

@@ -151,10 +151,10 @@ func (ss *ServerList) SetServers(servers ...string) error {
 
 // update publishes a ring over ms and reports which server addresses it
 // added and removed; more members than a ring takes (see maxMembersFor) are
-// an error, and change nothing. It reuses the previous ring's address values, so that
-// PickServer returns the same net.Addr for a server across changes (gomemcache
-// batches GetMulti by net.Addr), and the previous ring's points: all of them
-// when only addresses changed, else those of the members that stay.
+// an error, and change nothing. It reuses the previous ring's address
+// values, so that PickServer returns the same net.Addr for a server across
+// changes (gomemcache batches GetMulti by net.Addr), and its table when only
+// addresses changed.
 func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -185,7 +185,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	case sameIDs:
 		r = old.withMembers(ms)
 	default:
-		r = old.rebuild(ms, ss.pointsPerServer())
+		r = newRing(ms, ss.pointsPerServer())
 	}
 	ss.ring.Store(r)
 

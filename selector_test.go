@@ -119,7 +119,7 @@ func TestUpdateKeepsRing(t *testing.T) {
 	require.Equal(t, []string{"memcache-1:11211"}, removed)
 	after := ss.ring.Load()
 	require.NotSame(t, before, after)
-	require.Same(t, &before.hashes[0], &after.hashes[0], "the points were rebuilt")
+	require.Same(t, &before.table.b[0], &after.table.b[0], "the table was rebuilt")
 
 	added, removed, err = ss.update(ms)
 	require.NoError(t, err)
@@ -416,10 +416,10 @@ func TestTooManyServers(t *testing.T) {
 		ms[i] = member{id: strconv.Itoa(i), addr: &staticAddr{network: "tcp", str: strconv.Itoa(i)}}
 	}
 	_, _, err := ss.update(ms)
-	require.ErrorContains(t, err, "10001 servers, more than a ring of 1500 points a server takes (10000)")
+	require.ErrorContains(t, err, "10001 servers, more than a ring of 2500 points a server takes (10000)")
 	require.Equal(t, []string{"10.0.0.1:11211"}, addrStrings(ss.Servers()))
 
 	big := ServerList{points: maxPoints}
 	_, _, err = big.update(ms[:maxRingPoints/maxPoints+1])
-	require.ErrorContains(t, err, "168 servers, more than a ring of 100000 points a server takes (167)")
+	require.ErrorContains(t, err, "336 servers, more than a ring of 100000 points a server takes (335)")
 }
