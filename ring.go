@@ -215,7 +215,7 @@ func newSlotTable(slots, members int) slotTable {
 	return t
 }
 
-func (t slotTable) set(s int, owner, succ uint16) {
+func (t *slotTable) set(s int, owner, succ uint16) {
 	v := uint32(owner) | uint32(succ)<<t.bits
 	e := t.b[uint64(s)*t.width:]
 	switch t.width {
@@ -229,7 +229,7 @@ func (t slotTable) set(s int, owner, succ uint16) {
 }
 
 // get returns the owner and successor of slot s.
-func (t slotTable) get(s uint64) (owner, succ uint32) {
+func (t *slotTable) get(s uint64) (owner, succ uint32) {
 	v := binary.LittleEndian.Uint32(t.b[s*t.width:])
 	return v & t.mask, v >> t.bits & t.mask
 }
