@@ -83,23 +83,25 @@ func refTable(ms []member, points int) (owner, succ []uint32) {
 // width of the table's encoding.
 func TestRingTable(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		n, points int
-		width     uint64 // bytes a slot
+		name       string
+		n, points  int
+		ownerBytes int // a slot
+		succBits   uint64
 	}{
-		{"one member one point", 1, 1, 2},
-		{"one member", 1, 100, 2},
-		{"two members one point each", 2, 1, 2},
-		{"three members", 3, 1000, 2},
-		{"256 members: 8 bits", 256, 5, 2},
-		{"257 members: 12 bits", 257, 5, 3},
-		{"4097 members: 16 bits", 4097, 1, 4},
+		{"one member one point", 1, 1, 1, 8},
+		{"one member", 1, 100, 1, 8},
+		{"two members one point each", 2, 1, 1, 8},
+		{"three members", 3, 1000, 1, 8},
+		{"256 members: 8 bits", 256, 5, 1, 8},
+		{"257 members: 12 bits", 257, 5, 2, 12},
+		{"4097 members: 16 bits", 4097, 1, 2, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := canonical(podMembers(tc.n))
 			r := newRing(ms, tc.points)
-			require.Equal(t, tc.width, r.table.width)
-			require.Len(t, r.table.b, int(tc.width)<<slotBits+2)
+			require.Equal(t, tc.ownerBytes<<slotBits, len(r.table.owners8)+2*len(r.table.owners16))
+			require.Equal(t, tc.succBits, r.table.succ.bits)
+			require.Len(t, r.table.succ.b, int(tc.succBits)<<slotBits/8+1)
 			owner, succ := refTable(ms, tc.points)
 			for s := range uint64(1 << slotBits) {
 				o, n := r.table.get(s)
