@@ -124,8 +124,9 @@ func WithHTTPClient(c *http.Client) Option {
 
 // WithPointsPerServer sets the number of ring points per server, from 1 to
 // 100,000; 0 means DefaultPointsPerServer. More points balance keys more
-// evenly and cost memory and rebuild time. Every process sharing a cache
-// must use the same value, or they will route keys differently.
+// evenly and make each change of servers take longer to apply; the lookup
+// table's size does not change. Every process sharing a cache must use the
+// same value, or they will route keys differently.
 func WithPointsPerServer(n int) Option {
 	return func(o *options) { o.points = n }
 }
