@@ -302,6 +302,27 @@ func (r *ring) owners(h uint64) (owner, succ *member) {
 	return &r.members[o], &r.members[s]
 }
 
+// candidates appends to dst the indexes of up to n distinct members for
+// hash h, in the order a key of h would fail over: its owner, its successor
+// (exactly the owner if the owner left), then the owners and successors of
+// the slots after h's, which follow the ring's order more loosely. It
+// allocates nothing when dst has room.
+func (r *ring) candidates(h uint64, n int, dst []uint32) []uint32 {
+	n = min(n, len(r.members))
+	start := len(dst)
+	add := func(m uint32) {
+		if len(dst)-start < n && !slices.Contains(dst[start:], m) {
+			dst = append(dst, m)
+		}
+	}
+	for s := slotOf(h); len(dst)-start < n; s = (s + 1) % (1 << slotBits) {
+		o, next := r.table.get(s)
+		add(o)
+		add(next)
+	}
+	return dst
+}
+
 // sameIDs reports whether r has exactly the member ids of ms, in which case
 // r's table can be reused and only the addresses need rebinding.
 func (r *ring) sameIDs(ms []member) bool {

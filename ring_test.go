@@ -296,3 +296,22 @@ func FuzzRing(f *testing.F) {
 		}
 	})
 }
+
+// candidates lists distinct members, owner and successor first, and all of
+// them when asked for all; it allocates nothing with room in dst.
+func TestRingCandidates(t *testing.T) {
+	r := newRing(canonical(podMembers(10)), 100)
+	dst := make([]uint32, 0, 10)
+	for i := range 1000 {
+		h := xxhash.Sum64String(fmt.Sprint("key:", i))
+		c := r.candidates(h, 10, dst[:0])
+		require.Len(t, c, 10)
+		o, n := r.table.get(slotOf(h))
+		require.Equal(t, []uint32{o, n}, c[:2])
+		sorted := slices.Sorted(slices.Values(c))
+		require.Equal(t, []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, sorted)
+		require.Equal(t, c[:3], r.candidates(h, 3, nil))
+	}
+	require.Equal(t, []uint32{0}, newRing(podMembers(1), 10).candidates(5, 3, nil))
+	require.Zero(t, testing.AllocsPerRun(100, func() { r.candidates(12345, 4, dst[:0]) }))
+}
