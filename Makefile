@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: test unit e2e demo bench bench-e2e vet
+.PHONY: test unit e2e demo bench bench-deps bench-e2e vet
 
 test: unit e2e
 
@@ -23,14 +23,19 @@ e2e:
 demo:
 	bash e2e/run.sh demo
 
-# make bench: PickServer and rebuild benchmarks, then the ring's
-# routing-quality figures (TestQualityMeasure -quality-json), from which and
-# the benchmark output internal/benchreport writes BENCHMARKS.md, then prints
-# it. BENCH_COUNT rounds each run every benchmark once, so that ours and
+# make bench: PickServer and rebuild benchmarks, and Get, Set and GetMulti
+# end to end over real memcached through ours, gomemcache and twemproxy
+# (internal/proxybench, BenchmarkProxy), then the ring's routing-quality
+# figures (TestQualityMeasure -quality-json), from which and the benchmark
+# output internal/benchreport writes BENCHMARKS.md, then prints it.
+# BENCH_COUNT rounds each run every benchmark once, so that ours and
 # gomemcache are measured seconds apart and a burst of other work on the
 # machine slows both alike. BENCH_COUNT and BENCH_TIME trade time for
 # precision. benchstat, fetched through the module proxy, adds confidence
 # intervals when it is available; the report does not need it.
+# bench-deps installs memcached and nutcracker where they are missing (as
+# root, with apt-get); where it cannot, the report says what was not
+# measured and why.
 BENCH_COUNT ?= 6
 BENCH_TIME ?= 300ms
 BENCHSTAT ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
@@ -38,26 +43,44 @@ BENCH_FLAGS = -test.run '^$$' -test.benchmem -test.count 1 -test.benchtime $(BEN
 
 bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -o pipefail -c
-bench:
+bench: bench-deps
 	cat /proc/loadavg > bench-loadavg.out
 	$(GO) test -c -o bench.test .
-	rm -f bench-pick.out bench-rebuild.out bench-quality.out
+	$(GO) test -c -o proxybench.test ./internal/proxybench
+	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-quality.out
 	for round in $$(seq $(BENCH_COUNT)); do \
 		echo "round $$round of $(BENCH_COUNT)"; \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1 -test.bench '^BenchmarkPickServer$$' | tee -a bench-pick.out && \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^BenchmarkPickServerParallel$$' | tee -a bench-pick.out && \
-		./bench.test $(BENCH_FLAGS) -test.bench '^BenchmarkRebuild' | tee -a bench-rebuild.out || exit 1; \
+		./bench.test $(BENCH_FLAGS) -test.bench '^BenchmarkRebuild' | tee -a bench-rebuild.out && \
+		./proxybench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^BenchmarkProxy$$' | tee -a bench-proxy.out || exit 1; \
 	done
 	./bench.test -test.run '^TestQualityMeasure$$' -test.count 1 -test.timeout 30m -test.v -quality-json bench-quality.out
-	rm -f bench.test
+	rm -f bench.test proxybench.test
 	@rm -f benchstat.out; \
-	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out; } >benchstat.tmp 2>benchstat-err.out; \
+	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out && \
+		$(GO) run $(BENCHSTAT) -col '/impl@(ours gomemcache twemproxy)' -filter '.unit:(sec/op OR p50-ns OR p99-ns)' bench-proxy.out; } >benchstat.tmp 2>benchstat-err.out; \
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -benchstat benchstat.out -loadavg bench-loadavg.out \
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -benchstat benchstat.out -loadavg bench-loadavg.out \
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
 	@cat BENCHMARKS.md
+
+# bench-deps: memcached and nutcracker (twemproxy) for BenchmarkProxy, from
+# apt-get where they are missing and this is root on Debian. It never fails
+# the bench: a path it could not provide is reported as not measured.
+bench-deps: SHELL := /bin/bash
+bench-deps:
+	@missing=(); \
+	command -v memcached >/dev/null 2>&1 || missing+=(memcached); \
+	command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker); \
+	if [ $${#missing[@]} -eq 0 ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "bench-deps: $${missing[*]} missing and not installable here (needs root and apt-get); the report will say what was not measured"; exit 0; fi; \
+	echo "bench-deps: installing $${missing[*]} (apt-get)"; \
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; } || \
+		echo "bench-deps: apt-get install $${missing[*]} failed; the report will say what was not measured"
 
 # make bench-e2e: the convergence and rolling-restart figures of the e2e suite
 # on the real control plane, then make bench, whose report includes them.

@@ -65,15 +65,21 @@ func parseBench(r io.Reader, res benchResults) error {
 // median returns the median of the samples of a benchmark in a unit, and
 // false if there are none.
 func (res benchResults) median(name string, procs int, unit string) (float64, bool) {
-	vs := slices.Clone(res[name][procs][unit])
+	vs := res[name][procs][unit]
 	if len(vs) == 0 {
 		return 0, false
 	}
+	return medianOf(vs), true
+}
+
+// medianOf returns the median of vs, which must not be empty.
+func medianOf(vs []float64) float64 {
+	vs = slices.Clone(vs)
 	slices.Sort(vs)
 	if len(vs)%2 == 1 {
-		return vs[len(vs)/2], true
+		return vs[len(vs)/2]
 	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
 
 func (res benchResults) count(name string, procs int) int {
