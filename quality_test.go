@@ -141,7 +141,8 @@ var (
 		{n: 10, sets: 40, maxPeak: 1.05, removals: 20, adds: 20, restarts: 20},
 		{n: 30, sets: 40, removals: 30, adds: 20, restarts: 20},
 		{n: 100, sets: 20, maxPeak: 1.10, removals: 100, adds: 20, restarts: 20},
-		{n: 1000, sets: 5, removals: 20, adds: 20, restarts: 20},
+		{n: 1000, sets: 5, maxPeak: 1.10, removals: 20, adds: 20, restarts: 20},
+		{n: 10000, sets: 2, removals: 4, adds: 4, restarts: 4},
 	}
 )
 
