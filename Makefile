@@ -59,9 +59,9 @@ bench:
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
 	@cat BENCHMARKS.md
 
-# make bench-e2e: the convergence and rolling-restart figures of the e2e suite
+# make bench-e2e: the convergence, rolling-restart and scale figures of the e2e suite
 # on the real control plane, then make bench, whose report includes them.
 bench-e2e:
 	rm -f bench-e2e.md
-	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients)$$' -e2e.report $(CURDIR)/bench-e2e.md
 	$(MAKE) bench
