@@ -55,7 +55,8 @@ func newStaticAddr(a net.Addr) *staticAddr {
 // between members that stay. The table keeps, per slot, its owner and the
 // next distinct member along the ring (its successor), which is where the
 // slot goes if its owner is removed; so a lookup is one hash and one read of
-// a table of 1 or 2 MB, whatever the number of members (see slotTable).
+// a table of half a megabyte to 2 MB, whatever the number of members (see
+// slotTable).
 //
 // Points are compared by their top 50 bits, ties broken by member id: the
 // order is total, and the mapping does not depend on input order or history.
@@ -221,13 +222,14 @@ func fillTable(b []slotBuild, n int) slotTable {
 	return t
 }
 
-// slotTable holds each slot's owner, where PickServer reads it, in one byte
-// with up to 256 members and two beyond; and, apart, each slot's successor,
-// read only to fail over, packed in 8, 12 or 16 bits. It takes 2 MB with up
-// to 256 members, 3.5 MB up to 4096 and 4 MB beyond. A smaller owner table
-// makes lookups faster: it is what a lookup waits for, from beyond the CPU's
-// L2 cache.
+// slotTable holds each slot's owner, where PickServer reads it, in half a
+// byte with up to 16 members, one byte up to 256 and two beyond; and, apart,
+// each slot's successor, read only to fail over, packed in 8, 12 or 16 bits.
+// It takes 1.5 MB with up to 16 members, 2 MB up to 256, 3.5 MB up to 4096
+// and 4 MB beyond. The owner table is what a lookup waits for, from beyond
+// the CPU's L2 cache at 1 MB and more: the smaller, the faster.
 type slotTable struct {
+	owners4  []uint8  // with up to 16 members: two slots a byte, the even one low
 	owners8  []uint8  // with up to 256 members
 	owners16 []uint16 // with more
 	succ     packed
@@ -235,9 +237,12 @@ type slotTable struct {
 
 func newSlotTable(slots, members int) slotTable {
 	var t slotTable
-	if members <= 1<<8 {
+	switch {
+	case members <= 1<<4:
+		t.owners4 = make([]uint8, slots/2)
+	case members <= 1<<8:
 		t.owners8 = make([]uint8, slots)
-	} else {
+	default:
 		t.owners16 = make([]uint16, slots)
 	}
 	t.succ = newPacked(slots, max(8, (bits.Len(uint(members-1))+3)/4*4))
@@ -245,9 +250,12 @@ func newSlotTable(slots, members int) slotTable {
 }
 
 func (t *slotTable) set(s int, owner, succ uint16) {
-	if t.owners8 != nil {
+	switch {
+	case t.owners4 != nil:
+		t.owners4[s/2] |= uint8(owner) << (s % 2 * 4)
+	case t.owners8 != nil:
 		t.owners8[s] = uint8(owner)
-	} else {
+	default:
 		t.owners16[s] = owner
 	}
 	t.succ.set(uint64(s), succ)
@@ -255,7 +263,10 @@ func (t *slotTable) set(s int, owner, succ uint16) {
 
 // owner returns the owner of slot s.
 func (t *slotTable) owner(s uint64) uint32 {
-	if t.owners8 != nil {
+	switch {
+	case t.owners4 != nil:
+		return uint32(t.owners4[s/2] >> (s % 2 * 4) & 15)
+	case t.owners8 != nil:
 		return uint32(t.owners8[s])
 	}
 	return uint32(t.owners16[s])

@@ -83,23 +83,25 @@ func refTable(ms []member, points int) (owner, succ []uint32) {
 // width of the table's encoding.
 func TestRingTable(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		n, points  int
-		ownerBytes int // a slot
-		succBits   uint64
+		name      string
+		n, points int
+		ownerBits int // a slot
+		succBits  uint64
 	}{
-		{"one member one point", 1, 1, 1, 8},
-		{"one member", 1, 100, 1, 8},
-		{"two members one point each", 2, 1, 1, 8},
-		{"three members", 3, 1000, 1, 8},
-		{"256 members: 8 bits", 256, 5, 1, 8},
-		{"257 members: 12 bits", 257, 5, 2, 12},
-		{"4097 members: 16 bits", 4097, 1, 2, 16},
+		{"one member one point", 1, 1, 4, 8},
+		{"one member", 1, 100, 4, 8},
+		{"two members one point each", 2, 1, 4, 8},
+		{"three members", 3, 1000, 4, 8},
+		{"16 members: 4 bits", 16, 50, 4, 8},
+		{"17 members: 8 bits", 17, 50, 8, 8},
+		{"256 members: 8 bits", 256, 5, 8, 8},
+		{"257 members: 16 and 12 bits", 257, 5, 16, 12},
+		{"4097 members: 16 bits", 4097, 1, 16, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := canonical(podMembers(tc.n))
 			r := newRing(ms, tc.points)
-			require.Equal(t, tc.ownerBytes<<slotBits, len(r.table.owners8)+2*len(r.table.owners16))
+			require.Equal(t, tc.ownerBits<<slotBits/8, len(r.table.owners4)+len(r.table.owners8)+2*len(r.table.owners16))
 			require.Equal(t, tc.succBits, r.table.succ.bits)
 			require.Len(t, r.table.succ.b, int(tc.succBits)<<slotBits/8+1)
 			owner, succ := refTable(ms, tc.points)

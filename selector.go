@@ -29,7 +29,7 @@
 // Each member has [DefaultPointsPerServer] points on a consistent-hash ring,
 // drawn from the xxhash of its identity, and the ring is read at 2^20 fixed
 // slots: a key goes to the owner of its xxhash's slot, so a lookup is one
-// hash and one read of a table of 1 or 2 MB, at any number of servers. The
+// hash and one read of a table of 0.5 to 2 MB, at any number of servers. The
 // identity of a StatefulSet pod is its hostname, so a pod that restarts with
 // a new IP keeps its keys; other endpoints, and pods that share a hostname,
 // are identified by pod name, or by IP and port. Every process that sees the
