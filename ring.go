@@ -4,10 +4,8 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -75,7 +73,7 @@ const (
 	maxRingPoints = 1 << 25 // in all, which bounds a rebuild's time
 	noPoint       = ^uint64(0)
 	golden        = 0x9e3779b97f4a7c15
-	buildChunk    = 1 << 18 // points bucketed at a time
+	buildChunk    = 1 << 20 // points bucketed at a time
 )
 
 // maxMembersFor returns the most members a ring of the given points per
@@ -96,41 +94,25 @@ func point(seed uint64, i int) uint64 {
 // sorted by id without duplicate ids (see canonical), and at most
 // maxMembersFor(points). It returns nil for an empty member set, which
 // PickServer reports as ErrNoServers.
-//
-// The build is split by slot range over up to 4 goroutines, as GOMAXPROCS
-// allows: each draws every point and keeps those in its range.
 func newRing(ms []member, points int) *ring {
 	if len(ms) == 0 {
 		return nil
 	}
 	points = max(points, 1)
 	b := make([]slotBuild, 1<<slotBits)
-	parts := 1
-	for parts < 4 && 2*parts <= runtime.GOMAXPROCS(0) {
-		parts *= 2
-	}
-	var wg sync.WaitGroup
-	for part := range parts {
-		wg.Go(func() { buildPart(b, ms, points, part, parts) })
-	}
-	wg.Wait()
+	addPoints(b, ms, points)
 	return &ring{members: ms, servers: servers(ms), table: fillTable(b, len(ms)), points: points}
 }
 
-// buildPart adds to b the points of ms in part part of parts (a power of
-// two) of the slots.
+// addPoints adds to b the points of the members ms.
 //
 // A point is built as its top 64-ownerBits bits with its member's index in
 // the rest, so that comparing two is comparing their points, ties broken by
-// member. The points are bucketed by their top 8 bits, a chunk at a time, so
-// that each bucket's updates fall in 1/256 of the slots, which stay in cache.
-func buildPart(b []slotBuild, ms []member, points, part, parts int) {
-	lo, hi := part*len(b)/parts, (part+1)*len(b)/parts
-	for i := lo; i < hi; i++ {
-		b[i] = slotBuild{noPoint, noPoint}
-	}
-	shift := 64 - bits.Len(uint(parts-1)) // k>>shift is k's part; >>64 is 0
-	chunk := make([]uint64, 0, min(buildChunk, len(ms)*points/parts+1))
+// member. The points are bucketed by their top 8 bits, a chunk of up to 2^20
+// (8 MB) at a time, so that each bucket's updates fall in 1/256 of the
+// slots, which stay in cache.
+func addPoints(b []slotBuild, ms []member, points int) {
+	chunk := make([]uint64, 0, min(buildChunk, len(ms)*points))
 	bucketed := make([]uint64, cap(chunk))
 	apply := func() {
 		var next [257]int
@@ -152,35 +134,36 @@ func buildPart(b []slotBuild, ms []member, points, part, parts int) {
 	for m := range ms {
 		seed := xxhash.Sum64String(ms[m].id)
 		for i := range points {
-			k := point(seed, i)&^(1<<ownerBits-1) | uint64(m)
-			if int(k>>shift) != part {
-				continue
-			}
 			if len(chunk) == cap(chunk) {
 				apply()
 			}
-			chunk = append(chunk, k)
+			chunk = append(chunk, point(seed, i)&^(1<<ownerBits-1)|uint64(m))
 		}
 	}
 	apply()
 }
 
 // slotBuild is what the build knows of one slot: its first point, and its
-// first point of a member other than the first's; noPoint if none.
-type slotBuild struct{ first, other uint64 }
+// first point of a member other than the first's. It holds their
+// complements, so that its zero value is empty (the complement of
+// noPoint) and a new build state needs no initialization.
+type slotBuild struct{ notFirst, notOther uint64 }
 
 func owner(k uint64) uint16 { return uint16(k & (1<<ownerBits - 1)) }
 
+func (s slotBuild) first() uint64 { return ^s.notFirst }
+func (s slotBuild) other() uint64 { return ^s.notOther }
+
 // add adds point k to the slot.
 func (s *slotBuild) add(k uint64) {
-	switch {
-	case k < s.first:
-		if owner(k) != owner(s.first) { // the old first point is now the first of another member
-			s.other = s.first
+	switch first := s.first(); {
+	case k < first:
+		if owner(k) != owner(first) { // the old first point is now the first of another member
+			s.notOther = s.notFirst
 		}
-		s.first = k
-	case k < s.other && owner(k) != owner(s.first):
-		s.other = k
+		s.notFirst = ^k
+	case k < s.other() && owner(k) != owner(first):
+		s.notOther = ^k
 	}
 }
 
@@ -188,38 +171,59 @@ func (s *slotBuild) add(k uint64) {
 // slot. A slot's owner is the member of the first point at or after its
 // start, and its successor the first member after that one along the ring:
 // both are those of the first slot, at or after it, that holds a point. So
-// one pass from the end, wrapping around, carries (owner, successor) back
-// from each slot with a point to the slots before it. The pass runs twice,
-// because the last slots take theirs from the first, found only at the end
-// of the first pass.
+// one pass from the end carries (owner, successor) back from each slot with
+// a point to the slots before it, starting from those of the first slot with
+// a point, which the last slots wrap around to.
 func fillTable(b []slotBuild, n int) slotTable {
 	t := newSlotTable(len(b), n)
-	const none = 1<<ownerBits - 1
-	var own, next uint16 = none, none
-	for pass := range 2 {
-		for s := len(b) - 1; s >= 0; s-- {
-			if b[s].first != noPoint {
-				// The successor is this slot's own second member, or the
-				// first member of the slots after it, or their second.
-				o := owner(b[s].first)
-				switch {
-				case b[s].other != noPoint:
-					next = owner(b[s].other)
-				case own != o:
-					next = own
-				}
-				own = o
-			}
-			if pass == 1 {
-				succ := next
-				if n == 1 {
-					succ = own
-				}
-				t.set(s, own, succ)
-			}
+	own, next := wrapAround(b)
+	for s := len(b) - 1; s >= 0; s-- {
+		if own, next = carry(b[s], own, next); n == 1 {
+			next = own
 		}
+		t.set(s, own, next)
 	}
 	return t
+}
+
+// carry returns the owner and successor of slot s with build state b, given
+// those of the slots after it: its own first member, and its own second
+// member, or else the owner after it if that is another member, or else the
+// successor after it.
+func carry(b slotBuild, own, next uint16) (uint16, uint16) {
+	if b.notFirst == 0 {
+		return own, next
+	}
+	o := owner(b.first())
+	switch {
+	case b.notOther != 0:
+		next = owner(b.other())
+	case own != o:
+		next = own
+	}
+	return o, next
+}
+
+// wrapAround returns the owner and successor of the first slot with a
+// point, which the slots after the last point wrap around to: carry's
+// recursion read forward from it, up to the first member other than its
+// owner.
+func wrapAround(b []slotBuild) (own, next uint16) {
+	s := 0
+	for b[s].notFirst == 0 {
+		s++
+	}
+	own = owner(b[s].first())
+	for ; s < len(b); s++ {
+		switch {
+		case b[s].notFirst == 0:
+		case owner(b[s].first()) != own:
+			return own, owner(b[s].first())
+		case b[s].notOther != 0:
+			return own, owner(b[s].other())
+		}
+	}
+	return own, own // one member
 }
 
 // slotTable holds each slot's owner, where PickServer reads it, in half a
