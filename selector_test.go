@@ -168,7 +168,7 @@ func TestConcurrentUse(t *testing.T) {
 			}
 		})
 	}
-	for i := range 50 {
+	for i := range 10 { // each change builds a table of 2^20 slots
 		require.NoError(t, ss.SetServers(fmt.Sprintf("127.0.0.%d:1", i%5+1), "127.0.0.100:1"))
 	}
 	close(done)
