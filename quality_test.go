@@ -154,11 +154,15 @@ const qMoveGoal = 1.05
 // member comes or goes, and the keys moved when a StatefulSet pod restarts
 // with a new IP, and checks them against the goals. With -quality-json it
 // measures at the report's sizes, also at ketama's 160 points for contrast,
-// and writes the figures.
+// and writes the figures: it then checks only the exact properties (no key
+// moves needlessly, and what moves is exactly the member's share), and the
+// report says how the statistical figures, which vary with the member sets
+// drawn, fare against their goals.
 func TestQualityMeasure(t *testing.T) {
 	start := time.Now()
 	sizes, points := qTestSizes, []int{DefaultPointsPerServer}
-	if *qualityJSON != "" {
+	report := *qualityJSON != ""
+	if report {
 		sizes, points = qReportSizes, []int{DefaultPointsPerServer, 160}
 	}
 	f := quality.Figures{
@@ -174,7 +178,9 @@ func TestQualityMeasure(t *testing.T) {
 				b := qBalance(ids, sz.n, p, sz.sets)
 				if p == DefaultPointsPerServer && sz.maxPeak != 0 {
 					b.Goal = sz.maxPeak
-					assert.LessOrEqual(t, b.Peak, b.Goal, "exact peak/mean share averaged over %d sets", sz.sets)
+					if !report {
+						assert.LessOrEqual(t, b.Peak, b.Goal, "exact peak/mean share averaged over %d sets", sz.sets)
+					}
 				}
 				t.Logf("%.1fs: peak/mean %.4f (worst %.4f), min/mean %.4f", time.Since(start).Seconds(), b.Peak, b.WorstPeak, b.Low)
 				f.Balance = append(f.Balance, b)
@@ -184,7 +190,7 @@ func TestQualityMeasure(t *testing.T) {
 	gen, rng := newQIDs(20), rand.New(rand.NewPCG(20, 1))
 	for _, sz := range sizes {
 		t.Run(fmt.Sprintf("movement/N=%d", sz.n), func(t *testing.T) {
-			m := qMovement(t, sz, gen, rng)
+			m := qMovement(t, sz, gen, rng, !report)
 			t.Logf("%.1fs: removal moved %.4f (ideal %.4f), adding moved %.4f (ideal %.4f)",
 				time.Since(start).Seconds(), m.Remove.Mean(), 1/float64(sz.n), m.Add.Mean(), 1/float64(sz.n+1))
 			f.Movement = append(f.Movement, m)
@@ -224,8 +230,9 @@ func qBalance(ids *qIDs, n, points, sets int) quality.Balance {
 
 // qMovement removes and adds one member at a time at sz.n members, and
 // checks that only the keys of the member removed or added move, exactly,
-// and that the moved fraction averages within qMoveGoal of the ideal.
-func qMovement(t *testing.T, sz qualitySize, gen *qIDs, rng *rand.Rand) quality.Movement {
+// and, if checkMean, that the moved fraction averages within qMoveGoal of
+// the ideal.
+func qMovement(t *testing.T, sz qualitySize, gen *qIDs, rng *rand.Rand, checkMean bool) quality.Movement {
 	m := quality.Movement{N: sz.n, Sets: make([]quality.Set, max(1, (sz.removals+sz.n-1)/sz.n))}
 	for i := range m.Sets {
 		m.Sets[i].Members = gen.list(sz.n)
@@ -265,8 +272,10 @@ func qMovement(t *testing.T, sz qualitySize, gen *qIDs, rng *rand.Rand) quality.
 		{"removal", m.Remove.Mean() * float64(sz.n)},
 		{"add", m.Add.Mean() * float64(sz.n+1)},
 	} {
-		assert.LessOrEqual(t, c.ratio, qMoveGoal, "%s: mean moved/ideal", c.change)
-		assert.GreaterOrEqual(t, c.ratio, 1/qMoveGoal, "%s: mean moved/ideal", c.change)
+		if checkMean {
+			assert.LessOrEqual(t, c.ratio, qMoveGoal, "%s: mean moved/ideal", c.change)
+			assert.GreaterOrEqual(t, c.ratio, 1/qMoveGoal, "%s: mean moved/ideal", c.change)
+		}
 	}
 	return m
 }
