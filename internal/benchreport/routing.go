@@ -36,7 +36,7 @@ func routing(w *bytes.Buffer, fig quality.Figures) []goal {
 // balance writes the exact balance table.
 func balance(w *bytes.Buffer, fig quality.Figures) []goal {
 	fmt.Fprintf(w, "### Balance: exact key-space shares\n\n")
-	fmt.Fprintf(w, "Each member's share of the 64-bit key space, computed from the ring's sorted points (arc lengths / 2^64), so there is no sampling noise. Random member sets of addresses 10.x.y.z:11211; mean and worst over the sets. %d points is the default", fig.Points)
+	fmt.Fprintf(w, "Each member's share of the 64-bit key space, computed from the ring's slot table (the slots a member owns / 2^20: every key hash in a slot goes to its owner), so there is no sampling of keys. Random member sets of addresses 10.x.y.z:11211; mean and worst over the sets. %d points is the default", fig.Points)
 	if slices.ContainsFunc(fig.Balance, func(b quality.Balance) bool { return b.Points == 160 }) {
 		fmt.Fprintf(w, "; 160 is ketama's, for contrast")
 	}

@@ -226,7 +226,7 @@ func (res benchResults) scalingTable(w *bytes.Buffer) []goal {
 // rebuildTable shows the cost of a change of servers.
 func (res benchResults) rebuildTable(w *bytes.Buffer, points int) []goal {
 	fmt.Fprintf(w, "### Ring rebuild (%d points per member)\n\n", points)
-	fmt.Fprintf(w, "newRing builds a ring from scratch, as every change does. SetServers is the whole change (parse, canonicalize, build, publish) between two sets that differ by one member, as when a pod is replaced. The build is split over up to 4 goroutines, as GOMAXPROCS allows (the CPUs column). Allocated is per call, garbage included; retained is the live heap of a ServerList after SetServers (measured across GCs): the ring's slot table and its members.\n\n")
+	fmt.Fprintf(w, "newRing builds a ring from scratch, as every change does. SetServers is the whole change (parse, canonicalize, build, publish) between two sets that differ by one member, as when a pod is replaced. The build runs on one goroutine; CPUs is the run's GOMAXPROCS, which the garbage collector uses. Allocated is per call, garbage included; retained is the live heap of a ServerList after SetServers (measured across GCs): the ring's slot table and its members.\n\n")
 	limits := fmt.Sprintf("<%g ms, retained ≤%g MB", goalRebuildSeconds*1e3, goalRebuildBytes/1e6)
 	var rows [][]string
 	var goals []goal
