@@ -97,6 +97,8 @@ func TestRingTable(t *testing.T) {
 		{"256 members: 8 bits", 256, 5, 8, 8},
 		{"257 members: 16 and 12 bits", 257, 5, 16, 12},
 		{"4097 members: 16 bits", 4097, 1, 16, 16},
+		{"bucketed build: 3 members", 3, 50000, 4, 8},
+		{"bucketed build: 300 members", 300, 500, 16, 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := canonical(podMembers(tc.n))
@@ -317,4 +319,17 @@ func TestRingCandidates(t *testing.T) {
 	}
 	require.Equal(t, []uint32{0}, newRing(podMembers(1), 10).candidates(5, 3, nil))
 	require.Zero(t, testing.AllocsPerRun(100, func() { r.candidates(12345, 4, dst[:0]) }))
+}
+
+// The two builds, sorted points and bucketed build states, give the same
+// table, on each side of sortedBuildMax.
+func TestRingBuildsAgree(t *testing.T) {
+	for _, tc := range []struct{ n, points int }{{1, 10}, {2, 1}, {3, 2500}, {10, 2500}, {40, 2500}, {300, 500}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.points), func(t *testing.T) {
+			ms := canonical(podMembers(tc.n))
+			b := make([]slotBuild, 1<<slotBits)
+			addPoints(b, ms, tc.points)
+			require.Equal(t, sortedTable(ms, tc.points), fillTable(b, len(ms)))
+		})
+	}
 }
