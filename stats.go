@@ -12,10 +12,10 @@ type Stats struct {
 	Servers       []net.Addr // the current servers, sorted
 	Synced        bool       // the first list is published and the watch has started
 	LastSync      time.Time  // when the API server last answered: a list, a watch, an event
-	LastError     error      // the last discovery error, or nil
-	LastErrorTime time.Time
-	Relists       int // LISTs after the first
-	WatchRestarts int // WATCHes after the first
+	LastError     error      // the last discovery error, or nil; kept after discovery recovers
+	LastErrorTime time.Time  // when; discovery is healthy if LastSync is later
+	Relists       int        // LISTs after the first
+	WatchRestarts int        // WATCHes after the first
 }
 
 // stats is the watcher's part of Stats, shared with readers.
