@@ -4,13 +4,26 @@
 
 GO ?= go
 
-.PHONY: test unit e2e demo bench bench-deps bench-e2e vet
+.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet
 
 test: unit e2e
 
-unit: vet
-	$(GO) test -race -count=1 ./...
+# The unit tests check the proxy-tier paths (internal/proxybench) against
+# real memcached and nutcracker: test-deps installs them, and
+# SELECTOR_REQUIRE_PEERS makes their absence a failure, not a skip.
+unit: vet test-deps
+	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...
 	cd examples && $(GO) build ./...
+
+test-deps: SHELL := /bin/bash
+test-deps:
+	@missing=(); \
+	command -v memcached >/dev/null 2>&1 || missing+=(memcached); \
+	command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker); \
+	if [ $${#missing[@]} -eq 0 ]; then exit 0; fi; \
+	[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { echo "test-deps: $${missing[*]} missing; install them (Debian: apt-get install $${missing[*]}), or run as root"; exit 1; }; \
+	echo "test-deps: installing $${missing[*]} (apt-get)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null
 
 vet:
 	$(GO) mod download

@@ -368,15 +368,24 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(r, 0), len(sorted)-1)]
 }
 
+// skipOrFail skips t, or fails it where SELECTOR_REQUIRE_PEERS is set.
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("SELECTOR_REQUIRE_PEERS") != "" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
 // TestPaths sets and gets keys through each path and checks that every path
 // spreads them over all the servers. It needs memcached, and nutcracker for
-// the twemproxy path: where either is not installed (as in make test's unit
-// step, which runs before e2e/run.sh installs memcached) it skips, saying
-// so; where one is installed but does not start, it fails.
+// the twemproxy path: where either is not installed it skips, saying so,
+// unless SELECTOR_REQUIRE_PEERS is set (make test sets it, after installing
+// both), when it fails; where one is installed but does not start, it fails.
 func TestPaths(t *testing.T) {
 	tr, err := sharedTier()
 	if errors.Is(err, exec.ErrNotFound) {
-		t.Skipf("SKIPPED, proxy paths not checked: %v", err)
+		skipOrFail(t, "SKIPPED, proxy paths not checked: %v", err)
 	}
 	require.NoError(t, err)
 	direct := make([]*memcache.Client, len(tr.Servers))
@@ -387,7 +396,7 @@ func TestPaths(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, err := client(tr, name)
 			if errors.Is(err, exec.ErrNotFound) {
-				t.Skipf("SKIPPED, %s path not checked: %v", name, err)
+				skipOrFail(t, "SKIPPED, %s path not checked: %v", name, err)
 			}
 			require.NoError(t, err)
 
