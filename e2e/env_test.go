@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -193,18 +192,11 @@ func (e *env) runPods(start, n int, o podOpts) []*cluster.Pod {
 		o.prefix = "mc"
 	}
 	pods := make([]*cluster.Pod, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			pods[i], errs[i] = e.runPod(fmt.Sprintf("%s-%d", o.prefix, start+i), o)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := forEach(n, func(i int) (err error) {
+		pods[i], err = e.runPod(fmt.Sprintf("%s-%d", o.prefix, start+i), o)
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	return pods

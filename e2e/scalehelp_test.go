@@ -32,20 +32,13 @@ import (
 func (e *env) runPodsAt(prefix string, start, n int, spec cluster.PodSpec) []*cluster.Pod {
 	e.t.Helper()
 	pods := make([]*cluster.Pod, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			s := spec
-			s.Namespace, s.Name, s.Labels = e.ns, fmt.Sprintf("%s-%d", prefix, start+i), map[string]string{"app": appLabel}
-			pods[i], errs[i] = kubelet.RunPod(e.ctx, s)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := forEach(n, func(i int) (err error) {
+		s := spec
+		s.Namespace, s.Name, s.Labels = e.ns, fmt.Sprintf("%s-%d", prefix, start+i), map[string]string{"app": appLabel}
+		pods[i], err = kubelet.RunPod(e.ctx, s)
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	return pods
