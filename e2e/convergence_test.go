@@ -57,32 +57,10 @@ func TestConvergence(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 
-	next := len(pods)
-	for r := range rounds {
-		p := pods[r%len(pods)]
-		rest := slices.DeleteFunc(slices.Clone(pods), func(q *cluster.Pod) bool { return q == p })
-		change("Ready=False", rest, func() error { return p.SetReady(e.ctx, false) })
-		change("Ready=True", pods, func() error { return p.SetReady(e.ctx, true) })
-
-		// Replace p: a new pod becomes ready (its status patch is the
-		// write that counts), then p is deleted gracefully.
-		newPod, err := e.runPod(fmt.Sprintf("mc-%d", next), podOpts{noProcess: true, notReady: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next++
-		time.Sleep(250 * time.Millisecond) // Running, not ready yet
-		change("new pod Ready", append(slices.Clone(pods), newPod), func() error { return newPod.SetReady(e.ctx, true) })
-		change("graceful delete", append(rest, newPod), func() error { return p.Delete(e.ctx) })
-		if err := p.ForceDelete(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(250 * time.Millisecond)
-		pods = append(rest, newPod)
-	}
+	e.changeRounds(t, rounds, pods, change)
 
 	t.Logf("convergence from API write to PickServer, %d changes:", len(all))
-	for _, kind := range []string{"Ready=False", "Ready=True", "new pod Ready", "graceful delete"} {
+	for _, kind := range changeKinds {
 		t.Logf("  %-16s %s", kind, summarize(byKind[kind]))
 	}
 	t.Logf("  %-16s %s", "all", summarize(all))
@@ -150,4 +128,39 @@ func summarize(ds []time.Duration) string {
 		percentile(ds, 50).Round(100*time.Microsecond), percentile(ds, 90).Round(100*time.Microsecond),
 		percentile(ds, 99).Round(100*time.Microsecond), percentile(ds, 100).Round(100*time.Microsecond))
 	return b.String()
+}
+
+// changeKinds are the changes changeRounds makes, in their order.
+var changeKinds = []string{"Ready=False", "Ready=True", "new pod Ready", "graceful delete"}
+
+// changeRounds makes rounds of four API writes through change, which makes
+// one write and waits until the clients hold want. In each round a pod turns
+// not ready and ready again; a new pod becomes ready (its status patch is
+// the write that counts); the old pod is deleted gracefully, then for good,
+// as the kubelet would. change is to wait 250 ms after each write (see
+// TestConvergence). It returns the pods after the rounds, and the number
+// the next new pod takes, after pods named mc-0 up.
+func (e *env) changeRounds(t *testing.T, rounds int, pods []*cluster.Pod, change func(kind string, want []*cluster.Pod, write func() error)) ([]*cluster.Pod, int) {
+	t.Helper()
+	next := len(pods)
+	for r := range rounds {
+		p := pods[r%len(pods)]
+		rest := slices.DeleteFunc(slices.Clone(pods), func(q *cluster.Pod) bool { return q == p })
+		change(changeKinds[0], rest, func() error { return p.SetReady(e.ctx, false) })
+		change(changeKinds[1], pods, func() error { return p.SetReady(e.ctx, true) })
+		newPod, err := e.runPod(fmt.Sprintf("mc-%d", next), podOpts{noProcess: true, notReady: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next++
+		time.Sleep(250 * time.Millisecond) // Running, not ready yet
+		change(changeKinds[2], append(slices.Clone(pods), newPod), func() error { return newPod.SetReady(e.ctx, true) })
+		pods = append(rest, newPod)
+		change(changeKinds[3], pods, func() error { return p.Delete(e.ctx) })
+		if err := p.ForceDelete(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return pods, next
 }

@@ -166,28 +166,9 @@ func TestManyClients(t *testing.T) {
 		spread = append(spread, slices.Max(ds)-slices.Min(ds))
 		time.Sleep(manyChangeGap)
 	}
-	next := len(pods)
-	for r := range 3 {
-		p := pods[r%len(pods)]
-		rest := slices.DeleteFunc(slices.Clone(pods), func(q *cluster.Pod) bool { return q == p })
-		change("Ready=False", rest, func() error { return p.SetReady(e.ctx, false) })
-		change("Ready=True", pods, func() error { return p.SetReady(e.ctx, true) })
-		newPod, err := e.runPod(fmt.Sprintf("mc-%d", next), podOpts{noProcess: true, notReady: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next++
-		time.Sleep(manyChangeGap)
-		change("new pod Ready", append(slices.Clone(pods), newPod), func() error { return newPod.SetReady(e.ctx, true) })
-		change("graceful delete", append(slices.Clone(rest), newPod), func() error { return p.Delete(e.ctx) })
-		if err := p.ForceDelete(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-		pods = append(rest, newPod)
-		time.Sleep(manyChangeGap)
-	}
+	pods, next := e.changeRounds(t, 3, pods, change)
 	t.Logf("(a) a change reaches all %d ServerLists; from the API write, over %d changes x %d clients:", manyClients, len(spread), manyClients)
-	for _, kind := range []string{"Ready=False", "Ready=True", "new pod Ready", "graceful delete"} {
+	for _, kind := range changeKinds {
 		t.Logf("  %-16s %s", kind, summarize(byKind[kind]))
 	}
 	t.Logf("  %-16s %s", "all", summarize(all))
@@ -298,7 +279,7 @@ func TestManyClients(t *testing.T) {
 	report(t, "### Many clients on one API server\n\n%d ServerLists in one process, each with its own connection, on one Service. "+
 		"(a) From an API write to each ServerList's OnChange hook, over %d changes x %d clients; \"EndpointSlice alone\" is a client-go watch of the slices (on the primary API server), \"first to last\" the spread over the clients of one change.\n\n"+
 		"| change | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|\n", manyClients, len(spread), manyClients)
-	for _, kind := range []string{"Ready=False", "Ready=True", "new pod Ready", "graceful delete"} {
+	for _, kind := range changeKinds {
 		reportRow(t, kind, byKind[kind])
 	}
 	reportRow(t, "**all**", all)
