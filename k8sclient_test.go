@@ -36,8 +36,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// clientOptions configures a client for f, as NewServerList would.
-func clientOptions(t *testing.T, f *fakeAPI, tokenFile string) clientConfig {
+// fakeClientConfig configures a client for f, as NewServerList would.
+func fakeClientConfig(t *testing.T, f *fakeAPI, tokenFile string) clientConfig {
 	return clientConfig{server: f.URL, caFile: f.caFile, tokenFile: tokenFile, log: testLog(&recLogger{t: t})}
 }
 
@@ -92,7 +92,7 @@ func TestTokenRotationBySymlinkSwap(t *testing.T) {
 	f := newFakeAPI(t)
 	k := &kubeletDir{t: t, dir: t.TempDir()}
 	k.write(map[string]string{"token": "token-1\n"})
-	c, err := newClient(clientOptions(t, f, filepath.Join(k.dir, "token")))
+	c, err := newClient(fakeClientConfig(t, f, filepath.Join(k.dir, "token")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,8 @@ func TestInClusterURL(t *testing.T) {
 // its own.
 func TestHTTPClientSettings(t *testing.T) {
 	f := newFakeAPI(t)
-	c1, err1 := newClient(clientOptions(t, f, ""))
-	c2, err2 := newClient(clientOptions(t, f, ""))
+	c1, err1 := newClient(fakeClientConfig(t, f, ""))
+	c2, err2 := newClient(fakeClientConfig(t, f, ""))
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestCAFileRotation(t *testing.T) {
 	f, caA, rotate := newRotatingFakeAPI(t)
 	k := &kubeletDir{t: t, dir: t.TempDir()}
 	k.write(map[string]string{"ca.crt": string(caA)})
-	o := clientOptions(t, f, "")
+	o := fakeClientConfig(t, f, "")
 	o.caFile = filepath.Join(k.dir, "ca.crt")
 	log := &recLogger{t: t}
 	o.log = testLog(log)

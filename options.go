@@ -10,7 +10,8 @@ import (
 	"strings"
 )
 
-// An Option configures NewServerList.
+// An Option configures NewServerList or NewClient. NewClient takes them
+// all; the Client options (such as WithTimeout) are errors for NewServerList.
 type Option func(o *options)
 
 type options struct {
@@ -26,6 +27,10 @@ type options struct {
 	legacy     bool
 	family     string
 
+	client     clientOptions // the Client's, from client options
+	clientOnly string        // the first client option given: NewServerList refuses it
+	clientErr  error         // a client option's bad value, reported by newOptions
+
 	// Seams for tests.
 	getenv func(string) string
 	saDir  string
@@ -35,7 +40,7 @@ type options struct {
 // newOptions applies opt over the defaults and checks the result, so that a
 // mistake is an error from NewServerList rather than a surprise later.
 func newOptions(opt []Option) (options, error) {
-	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir}
+	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir, client: defaultClientOptions()}
 	for i, f := range opt {
 		if f == nil {
 			return o, fmt.Errorf("option %d of %d is nil", i+1, len(opt))
@@ -45,6 +50,8 @@ func newOptions(opt []Option) (options, error) {
 	switch {
 	case o.logErr != nil:
 		return o, o.logErr
+	case o.clientErr != nil:
+		return o, o.clientErr
 	case o.points < 0 || o.points > maxPoints:
 		return o, fmt.Errorf("WithPointsPerServer(%d): want 1 to %d, or 0 for the default", o.points, maxPoints)
 	}

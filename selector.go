@@ -85,6 +85,8 @@ type ServerList struct {
 	points int        // points per member; 0 means DefaultPointsPerServer
 
 	// Discovery, set by NewServerList.
+	subs []chan<- struct{} // told of every change (see subscribe); guarded by mu
+
 	w          *watcher      // for Stats
 	discovered bool          // discovery has published a set; used by its goroutine only
 	changed    chan struct{} // signals the change hook, coalesced
@@ -190,6 +192,12 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 		r = newRing(ms, ss.pointsPerServer())
 	}
 	ss.ring.Store(r)
+	for _, c := range ss.subs {
+		select {
+		case c <- struct{}{}:
+		default: // one is pending: the subscriber will read this ring
+		}
+	}
 
 	newAddrs := map[string]bool{}
 	if r != nil {
@@ -207,6 +215,14 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	}
 	slices.Sort(removed)
 	return added, removed, nil
+}
+
+// subscribe makes every change of ring send on c, without blocking: a
+// signal already pending stands for this one too.
+func (ss *ServerList) subscribe(c chan<- struct{}) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.subs = append(ss.subs, c)
 }
 
 func (ss *ServerList) pointsPerServer() int {
@@ -243,18 +259,21 @@ func (ss *ServerList) pointsPerServer() int {
 // KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT variables and the pod's
 // service account token and CA.
 func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList, error) {
-	ss, err := startDiscovery(ctx, addr, opt)
+	o, err := newOptions(opt)
+	if err == nil && o.clientOnly != "" {
+		err = fmt.Errorf("%s is an option of NewClient, not of NewServerList", o.clientOnly)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	ss, err := startDiscovery(ctx, addr, o)
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
 	return ss, nil
 }
 
-func startDiscovery(ctx context.Context, addr string, opt []Option) (*ServerList, error) {
-	o, err := newOptions(opt)
-	if err != nil {
-		return nil, err
-	}
+func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, error) {
 	t, err := parseTarget(addr, o.getenv, o.saDir)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,243 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Client is a memcached client for the servers of a ServerList, with the
+// method set of *memcache.Client and the same errors, which it uses for the
+// protocol. Over what gomemcache does, it
+//
+//   - fails over: a server that refuses connections, or times out 3 times
+//     in a row, is out for this client, and its keys go to the next server
+//     along the ring (as if it had been removed: no other key moves) until
+//     probes find it answering; a request that failed because its server
+//     went out is retried there (see the methods for which);
+//   - never serves a stale value from a server that returns: the keys
+//     written or deleted while it was out are deleted there first;
+//   - hands keys off when they move: a Get that misses at a key's new
+//     server reads where the key was, and copies a hit with add; a write or
+//     delete of a key that moved also deletes it where it was;
+//   - closes the connections to servers that left.
+//
+// Kubernetes stays the authority on the members: a server it removes
+// leaves, and one it keeps but this client finds dead is out for this
+// client only. At most half the servers (see WithFailover) are out at once,
+// so that a fault of this client's own network cannot move the whole cache:
+// past that, requests go to their servers and return their errors.
+//
+// A Client is safe for concurrent use. Its zero value is not usable: make
+// one with NewClient or NewClientFromList.
+type Client struct {
+	list    *ServerList
+	ownList bool // Close closes list
+	cfg     clientOptions
+	log     *slog.Logger
+	rt      atomic.Pointer[routing]
+
+	mu      sync.Mutex         // guards servers and the servers' fields it says
+	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
+	changed chan struct{}      // a change of members or health to apply
+
+	ctx    context.Context // ends on Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// NewClient returns a Client for the Service named by addr, which it
+// discovers as NewServerList does, with the same options and the Client
+// options: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover and
+// WithHandoff.
+func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error) {
+	o, err := newOptions(opt)
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	ss, err := startDiscovery(ctx, addr, o)
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	t, _ := parseTarget(addr, o.getenv, o.saDir) // parsed above
+	return newClientOf(ss, true, o.client, newLog(o.log, t)), nil
+}
+
+// NewClientFromList returns a Client for the servers of ss, which it
+// follows as they change, and does not close: a ServerList from
+// NewServerList, or one filled with SetServers for a fixed set of servers.
+// Of the options it takes the Client options and the logger; the others are
+// ss's.
+func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
+	if ss == nil {
+		return nil, fmt.Errorf("selector: NewClientFromList: nil ServerList")
+	}
+	o, err := newOptions(opt)
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	return newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod))), nil
+}
+
+func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger) *Client {
+	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	ss.subscribe(c.changed)
+	c.refresh(time.Now()) // so that the first request sees the servers
+	c.wg.Go(c.run)
+	return c
+}
+
+// Close stops the Client's goroutines, waits for them, closes its idle
+// connections and, for a Client from NewClient, stops discovery. It is
+// idempotent and returns nil. Requests after Close still work, over the
+// servers as they were, but nothing follows changes any more.
+func (c *Client) Close() error {
+	if !c.closed.Swap(true) {
+		c.cancel()
+		c.wg.Wait()
+		c.mu.Lock()
+		for _, s := range c.servers {
+			s.retire()
+		}
+		c.mu.Unlock()
+		if c.ownList {
+			c.list.Close()
+		}
+	}
+	return nil
+}
+
+// signal asks the run loop to apply a change.
+func (c *Client) signal() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// run applies changes of members and health, and drops past rings as they
+// expire, until Close.
+func (c *Client) run() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.changed:
+		case <-t.C:
+		case <-c.ctx.Done():
+			return
+		}
+		next := c.refresh(time.Now())
+		t.Reset(next)
+	}
+}
+
+// refresh publishes the routing of the ServerList's current ring and the
+// servers' health, and returns when it should run again: when a past ring
+// or a departed server expires.
+func (c *Client) refresh(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	base := c.list.ring.Load()
+	member := map[*server]bool{}
+	if base != nil {
+		for _, m := range base.members {
+			s := c.servers[m.addr.str]
+			switch {
+			case s == nil:
+				s = newServer(m.addr, c.cfg.conn)
+				c.servers[m.addr.str] = s
+			case s.status() == gone: // it returns, maybe with values that were overwritten since
+				s.left = time.Time{}
+				s.unretire()
+				s.state.Store(int32(down))
+				c.probe(s, 0)
+				c.log.Info("server returned; it is used once its invalidations are replayed", keyServer, s.addr.str)
+			}
+			member[s] = true
+		}
+	}
+	next := time.Hour
+	for a, s := range c.servers {
+		switch {
+		case member[s]:
+		case s.status() != gone:
+			s.state.Store(int32(gone))
+			s.left = now
+			s.retire()
+		case now.Sub(s.left) >= c.cfg.departedKeep:
+			delete(c.servers, a)
+		default:
+			next = min(next, c.cfg.departedKeep-now.Sub(s.left))
+		}
+	}
+
+	rt, dropped := newRouting(routingInput{
+		base:    base,
+		server:  func(a *staticAddr) *server { return c.servers[a.str] },
+		live:    func(s *server) bool { return s.status() == up },
+		old:     c.rt.Load(),
+		now:     now,
+		window:  c.cfg.handoffWindow,
+		maxPast: c.cfg.maxPast,
+	})
+	if c.cfg.handoffWindow == 0 {
+		dropped, rt.past = append(dropped, rt.past...), nil
+	}
+	// A server that left and is in no past ring any more can no longer be
+	// told the keys that it lost: if it returns, it is flushed.
+	for _, p := range dropped {
+		for _, s := range p.srv {
+			if s.status() == gone && !rt.inPast(s) {
+				s.log = invalidations{overflowed: true}
+			}
+		}
+	}
+	for _, p := range rt.past {
+		next = min(next, p.until.Sub(now))
+	}
+	c.rt.Store(rt)
+	return max(next, time.Millisecond)
+}
+
+// inPast reports whether s is a server of one of rt's past rings.
+func (rt *routing) inPast(s *server) bool {
+	for _, p := range rt.past {
+		if slices.Contains(p.srv, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientStats is the state of a Client's servers.
+type ClientStats struct {
+	Servers []ServerStats // the members, and those that left recently, by address
+}
+
+// ServerStats is one server's state for a Client.
+type ServerStats struct {
+	Addr          string
+	State         string // "up", "down" (out for this client), "replaying" (its invalidations) or "gone" (left)
+	Invalidations int    // keys to delete there before it is used again
+	Flush         bool   // it will be flushed before it is used again (its invalidations overflowed)
+}
+
+// Stats returns the state of the Client's servers.
+func (c *Client) Stats() ClientStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var st ClientStats
+	for _, s := range c.servers {
+		st.Servers = append(st.Servers, ServerStats{Addr: s.addr.str, State: s.status().String(),
+			Invalidations: len(s.log.keys), Flush: s.log.overflowed})
+	}
+	sortStats(st.Servers)
+	return st
+}

@@ -1,0 +1,437 @@
+package selector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fastFailover probes often, so that tests see servers return quickly.
+var fastFailover = WithFailover(3, 20*time.Millisecond, 100*time.Millisecond, 0.5)
+
+// newTestClient returns a Client over a static ServerList of addrs.
+func newTestClient(t *testing.T, addrs []string, opt ...Option) (*Client, *ServerList) {
+	t.Helper()
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(addrs...))
+	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond)}, opt...)
+	c, err := NewClientFromList(ss, opt...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c, ss
+}
+
+// keysOf returns n keys that ss routes to addr.
+func keysOf(t *testing.T, ss *ServerList, addr string, n int) []string {
+	t.Helper()
+	var ks []string
+	for i := 0; len(ks) < n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		a, err := ss.PickServer(k)
+		require.NoError(t, err)
+		if a.String() == addr {
+			ks = append(ks, k)
+		}
+		require.Less(t, i, 100000, "no keys for %s", addr)
+	}
+	return ks
+}
+
+// direct returns a gomemcache client of one server, to look behind the
+// Client's back.
+func direct(addr string) *memcache.Client { return memcache.New(addr) }
+
+func TestClientMethodSet(t *testing.T) {
+	want, got := reflect.TypeOf(&memcache.Client{}), reflect.TypeOf(&Client{})
+	for i := range want.NumMethod() {
+		m := want.Method(i)
+		g, ok := got.MethodByName(m.Name)
+		if assert.True(t, ok, "Client has no method %s", m.Name) {
+			assert.Equal(t, m.Type.String()[len("func(*memcache.Client"):], g.Type.String()[len("func(*selector.Client"):], m.Name)
+		}
+	}
+}
+
+// TestClientOperations runs every operation through the Client and through
+// gomemcache over the same servers: the same results, the same errors.
+func TestClientOperations(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	g := memcache.NewFromSelector(ss)
+	type cache interface {
+		Get(string) (*memcache.Item, error)
+		Set(*memcache.Item) error
+		Add(*memcache.Item) error
+		Replace(*memcache.Item) error
+		Append(*memcache.Item) error
+		Prepend(*memcache.Item) error
+		CompareAndSwap(*memcache.Item) error
+		Delete(string) error
+		Increment(string, uint64) (uint64, error)
+		Decrement(string, uint64) (uint64, error)
+		Touch(string, int32) error
+		GetAndTouch(string, int32) (*memcache.Item, error)
+		GetMulti([]string) (map[string]*memcache.Item, error)
+		Ping() error
+	}
+	run := func(mc cache, p string) []string {
+		var out []string
+		rec := func(v any, err error) { out = append(out, fmt.Sprintf("%v %v", v, err)) }
+		val := func(it *memcache.Item, err error) (any, error) {
+			if it == nil {
+				return nil, err
+			}
+			return string(it.Value), err
+		}
+		k := p + "k"
+		rec(val(mc.Get(k)))
+		rec(nil, mc.Replace(&memcache.Item{Key: k, Value: []byte("r")}))
+		rec(nil, mc.Append(&memcache.Item{Key: k, Value: []byte("a")}))
+		rec(nil, mc.Add(&memcache.Item{Key: k, Value: []byte("v")}))
+		rec(nil, mc.Add(&memcache.Item{Key: k, Value: []byte("w")}))
+		rec(nil, mc.Append(&memcache.Item{Key: k, Value: []byte(">")}))
+		rec(nil, mc.Prepend(&memcache.Item{Key: k, Value: []byte("<")}))
+		rec(val(mc.Get(k)))
+		it, err := mc.Get(k)
+		require.NoError(t, err)
+		it.Value = []byte("cas")
+		rec(nil, mc.CompareAndSwap(it))
+		rec(nil, mc.CompareAndSwap(it))
+		rec(nil, mc.Replace(&memcache.Item{Key: k, Value: []byte("10")}))
+		rec(mc.Increment(k, 5))
+		rec(mc.Decrement(k, 20))
+		rec(mc.Increment(p+"none", 1))
+		rec(nil, mc.Touch(k, 100))
+		rec(nil, mc.Touch(p+"none", 100))
+		rec(val(mc.GetAndTouch(k, 50)))
+		rec(val(mc.GetAndTouch(p+"none", 50)))
+		rec(nil, mc.Delete(k))
+		rec(nil, mc.Delete(k))
+		rec(val(mc.Get("bad key")))
+		rec(nil, mc.Set(&memcache.Item{Key: "bad\nkey"}))
+		var keys []string
+		for i := range 50 {
+			keys = append(keys, fmt.Sprintf("%sm%d", p, i))
+			if i%2 == 0 {
+				require.NoError(t, mc.Set(&memcache.Item{Key: keys[i], Value: []byte(keys[i])}))
+			}
+		}
+		m, err := mc.GetMulti(keys)
+		rec(len(m), err)
+		_, err = mc.GetMulti([]string{"ok", "not ok"})
+		rec(nil, err)
+		rec(nil, mc.Ping())
+		return out
+	}
+	require.Equal(t, run(g, "g-"), run(c, "c-"))
+}
+
+func TestDeleteAllClearsEveryServer(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, _ := newTestClient(t, addrsOf(ms))
+	for i := range 100 {
+		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("k", i), Value: []byte("v")}))
+	}
+	require.NoError(t, c.DeleteAll())
+	for _, m := range ms {
+		for i := range 100 {
+			_, err := direct(m.addr).Get(fmt.Sprint("k", i))
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s still has k%d", m, i)
+		}
+	}
+}
+
+// TestFailoverKilled SIGKILLs one of three servers under Get, Set and
+// Delete: the application sees no error, the dead server's keys go to the
+// next server, and no key of the others moves.
+func TestFailoverKilled(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	dead := keysOf(t, ss, ms[0].addr, 50)
+	alive := keysOf(t, ss, ms[1].addr, 50)
+	for _, k := range append(dead, alive...) {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}))
+	}
+	ms[0].kill()
+	for i, k := range dead {
+		_, err := c.Get(k)
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "Get of a key of the dead server, %d", i)
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")}))
+		require.NoError(t, c.Delete(k))
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v3")}))
+	}
+	for _, k := range alive {
+		it, err := c.Get(k)
+		require.NoError(t, err, "a key of a live server moved")
+		require.Equal(t, "v1", string(it.Value))
+	}
+	st := stateOf(c, ms[0].addr)
+	require.Equal(t, "down", st.State)
+	require.Equal(t, len(dead), st.Invalidations)
+}
+
+func stateOf(c *Client, addr string) ServerStats {
+	for _, s := range c.Stats().Servers {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return ServerStats{}
+}
+
+// TestNoStaleReadAfterReturn stops a server (SIGSTOP: it accepts but never
+// answers), overwrites and deletes its keys while it is out, and lets it
+// return with its old values: none is ever read back.
+func TestNoStaleReadAfterReturn(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(100*time.Millisecond))
+	keys := keysOf(t, ss, ms[0].addr, 40)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	}
+	ms[0].signal(syscall.SIGSTOP)
+	timeouts := 0
+	for stateOf(c, ms[0].addr).State == "up" {
+		_, err := c.Get(keys[0])
+		var ne net.Error
+		require.True(t, err == nil || errors.Is(err, memcache.ErrCacheMiss) || errors.As(err, &ne) && ne.Timeout(), "%v", err)
+		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+			timeouts++
+		}
+		require.Less(t, timeouts, 10)
+	}
+	require.Equal(t, 3, timeouts, "timeouts before the server was taken out")
+	for i, k := range keys {
+		if i%2 == 0 {
+			require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+		} else {
+			require.NoError(t, c.Delete(k))
+		}
+	}
+	ms[0].signal(syscall.SIGCONT)
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	for i, k := range keys {
+		it, err := c.Get(k)
+		if i%2 == 0 {
+			require.NoError(t, err, k)
+			require.Equal(t, "new", string(it.Value), k)
+		} else {
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, k)
+		}
+		// And from the server itself, which holds the key again.
+		a, _ := ss.PickServer(k)
+		require.Equal(t, ms[0].addr, a.String())
+	}
+}
+
+// TestRestartedServerNeedsNoReplay restarts a server empty: the CAS ids it
+// hands out prove that it holds nothing old, so it is used at once.
+func TestRestartedServerNeedsNoReplay(t *testing.T) {
+	ms := startMemcached(t, 3)
+	logs := &recLogger{t: t}
+	c, ss := newTestClient(t, addrsOf(ms), WithLogger(logs))
+	keys := keysOf(t, ss, ms[0].addr, 20)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v")}))
+		_, err := c.Get(k) // learns the server's CAS ids
+		require.NoError(t, err)
+	}
+	// Enough writes that the restarted server's ids start below them.
+	for i := range 200 {
+		require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: fmt.Sprint("x", i), Value: []byte("v")}))
+	}
+	_, err := c.Get(keys[0])
+	require.NoError(t, err)
+	ms[0].kill()
+	require.NoError(t, c.Set(&memcache.Item{Key: keys[1], Value: []byte("w")}))
+	ms[0].restart()
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	require.True(t, logs.has("server back for this client: server="+ms[0].addr+" restarted=true"))
+}
+
+// TestHandoff adds a server: the keys that move to it are still found,
+// copied there once, and gone from where they were; a write of a moved key
+// deletes it where it was.
+func TestHandoff(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]))
+	var keys []string
+	for i := range 300 {
+		k := fmt.Sprint("h", i)
+		keys = append(keys, k)
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	moved := 0
+	for i, k := range keys {
+		a, _ := ss.PickServer(k)
+		if a.String() != ms[2].addr {
+			continue
+		}
+		moved++
+		if i%3 == 0 { // a write of a moved key
+			require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+			it, err := c.Get(k)
+			require.NoError(t, err)
+			require.Equal(t, "new", string(it.Value))
+		} else {
+			it, err := c.Get(k)
+			require.NoError(t, err, "moved key %s not handed off", k)
+			require.Equal(t, k, string(it.Value))
+		}
+		_, err := direct(ms[2].addr).Get(k)
+		require.NoError(t, err, "%s not copied to its new server", k)
+		for _, m := range ms[:2] {
+			_, err := direct(m.addr).Get(k)
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s still at %s", k, m)
+		}
+	}
+	require.Greater(t, moved, 50)
+}
+
+// TestHandoffMulti is TestHandoff through GetMulti.
+func TestHandoffMulti(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]))
+	var keys []string
+	for i := range 300 {
+		k := fmt.Sprint("h", i)
+		keys = append(keys, k)
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	got, err := c.GetMulti(keys)
+	require.NoError(t, err)
+	require.Len(t, got, len(keys))
+	for _, k := range keys {
+		require.Equal(t, k, string(got[k].Value))
+	}
+}
+
+// TestConnectionsClosed rolls servers through the Client: the connections
+// to each server that left are closed, however many rollouts.
+func TestConnectionsClosed(t *testing.T) {
+	ms := startMemcached(t, 6)
+	var open atomic.Int64
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		open.Add(1)
+		return &countedConn{Conn: c, open: &open}, nil
+	}
+	c, ss := newTestClient(t, addrsOf(ms[:3]), WithDialContext(dial), WithHandoff(0, 0))
+	load := func() {
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					c.Get(fmt.Sprint("k", g, "-", i))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for step := range 10 {
+		set := addrsOf(ms)[step%4 : step%4+3]
+		require.NoError(t, ss.SetServers(set...))
+		eventually(t, "the client to see the new servers", func() bool { return len(c.rt.Load().baseSrv) == 3 && c.rt.Load().base == ss.ring.Load() })
+		load()
+		eventually(t, "the connections of the servers that left to close", func() bool { return open.Load() <= 3*2 })
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	open   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if !c.closed.Swap(true) {
+		c.open.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
+// TestMaxDown kills every server: only half of them are taken out, so that
+// a fault of the client's own cannot move every key.
+func TestMaxDown(t *testing.T) {
+	ms := startMemcached(t, 4)
+	c, _ := newTestClient(t, addrsOf(ms))
+	for _, m := range ms {
+		m.kill()
+	}
+	for i := range 100 {
+		c.Get(fmt.Sprint("k", i))
+	}
+	out := 0
+	for _, s := range c.Stats().Servers {
+		if s.State != "up" {
+			out++
+		}
+	}
+	require.Equal(t, 2, out)
+}
+
+// TestInvalidationsOverflow writes more keys of a server that is out than
+// its invalidation log holds: it is flushed before it is used again.
+func TestInvalidationsOverflow(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms))
+	c.cfg.maxInvalidations = 5
+	keys := keysOf(t, ss, ms[0].addr, 10)
+	require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: "other", Value: []byte("stale?")}))
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	}
+	ms[0].signal(syscall.SIGSTOP)
+	for stateOf(c, ms[0].addr).State == "up" {
+		c.Get(keys[0])
+	}
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+	}
+	require.True(t, stateOf(c, ms[0].addr).Flush)
+	ms[0].signal(syscall.SIGCONT)
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	_, err := direct(ms[0].addr).Get("other")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "not flushed")
+	for _, k := range keys {
+		it, err := c.Get(k)
+		require.NoError(t, err)
+		require.Equal(t, "new", string(it.Value))
+	}
+}
+
+func TestClientOptionErrors(t *testing.T) {
+	_, err := NewServerList(context.Background(), "svc:11211", WithTimeout(time.Second))
+	require.ErrorContains(t, err, "WithTimeout is an option of NewClient, not of NewServerList")
+	for name, o := range map[string]Option{
+		"WithTimeout(0)":      WithTimeout(0),
+		"WithMaxIdleConns(0)": WithMaxIdleConns(0),
+		"WithDialContext":     WithDialContext(nil),
+		"WithFailover":        WithFailover(0, time.Second, time.Second, 0.5),
+		"WithHandoff":         WithHandoff(-1, 0),
+	} {
+		_, err := NewClientFromList(new(ServerList), o)
+		require.Error(t, err, name)
+	}
+	_, err = NewClientFromList(nil)
+	require.Error(t, err)
+}

@@ -1,0 +1,214 @@
+package selector
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// keyServer is the attribute of a server's address in the Client's records.
+const keyServer = "server"
+
+// probeKey is the key a probe writes and reads back, to learn the CAS ids
+// a server hands out now (see server.seenCAS).
+const probeKey = "k8s-memcache-selector:probe"
+
+// observe updates s's health after a request that failed with f: a server
+// that cannot be reached is out at once, one that timed out
+// cfg.timeoutsUntilDown times in a row too; a broken connection drops the
+// server's idle connections, which likely broke with it.
+func (c *Client) observe(s *server, f failure, err error) {
+	switch f {
+	case healthy:
+		if s.timeouts.Load() != 0 {
+			s.timeouts.Store(0)
+		}
+	case unreachable:
+		c.takeOut(s, err)
+	case timedOut:
+		if int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown {
+			c.takeOut(s, err)
+		}
+	case broken:
+		s.mc.Close()
+	}
+}
+
+// takeOut marks s down for this client, unless it is not up or as many
+// servers are out as cfg.maxDown allows, and starts probing it.
+func (c *Client) takeOut(s *server, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.status() != up {
+		return
+	}
+	rt := c.rt.Load()
+	out, n := 0, 0
+	if rt != nil {
+		for _, m := range rt.baseSrv {
+			n++
+			if m.status() != up {
+				out++
+			}
+		}
+	}
+	if float64(out+1) > c.cfg.maxDown*float64(n) {
+		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
+		return
+	}
+	s.state.Store(int32(down))
+	s.timeouts.Store(0)
+	s.mc.Close()
+	c.probe(s, c.cfg.probeMin)
+	c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
+	c.signal()
+}
+
+// probe starts probing s, first after delay, unless it is probed already.
+// Called with c.mu held.
+func (c *Client) probe(s *server, delay time.Duration) {
+	if s.probing || c.closed.Load() {
+		return
+	}
+	s.probing = true
+	c.wg.Go(func() { c.probeLoop(s, delay) })
+}
+
+// probeLoop pings s, with delays growing by half up to cfg.probeMax and
+// 5-50% jitter, as mcrouter's probes, until it answers and has replayed its
+// invalidations, it leaves, or the Client closes.
+func (c *Client) probeLoop(s *server, delay time.Duration) {
+	defer func() {
+		c.mu.Lock()
+		s.probing = false
+		c.mu.Unlock()
+	}()
+	for {
+		t := time.NewTimer(time.Duration(float64(delay) * (1.05 + 0.45*rand.Float64())))
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if s.status() == gone {
+			return
+		}
+		if err := s.call(func(mc *memcache.Client) error { return mc.Ping() }); err == nil && c.recover(s) {
+			return
+		}
+		delay = min(max(delay, c.cfg.probeMin)*3/2, c.cfg.probeMax)
+	}
+}
+
+// recover brings back s, which answered a probe: it deletes there the keys
+// written or deleted elsewhere while it was out (its invalidations), or
+// flushes it if they overflowed, and then routes to it again. A server that
+// restarted holds nothing older than its restart, so it needs neither;
+// memcached numbers CAS ids from 1 when it starts, so new ids below the
+// highest seen from it before prove a restart. recover reports whether s is
+// up.
+func (c *Client) recover(s *server) bool {
+	c.mu.Lock()
+	if s.status() != down {
+		c.mu.Unlock()
+		return s.status() == up
+	}
+	s.state.Store(int32(replaying))
+	c.mu.Unlock()
+
+	restarted := false
+	if seen := s.maxCAS.Load(); seen > 0 {
+		var it *memcache.Item
+		err := s.call(func(mc *memcache.Client) (err error) {
+			if err = mc.Set(&memcache.Item{Key: probeKey, Value: []byte{'1'}}); err == nil {
+				it, err = mc.Get(probeKey)
+			}
+			return err
+		})
+		restarted = err == nil && it.CasID < seen
+	}
+	for {
+		c.mu.Lock()
+		log := s.log
+		s.log = invalidations{}
+		if restarted || len(log.keys) == 0 && !log.overflowed {
+			s.state.Store(int32(up))
+			s.maxCAS.Store(0)
+			c.mu.Unlock()
+			c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted)
+			c.signal()
+			return true
+		}
+		c.mu.Unlock()
+		if err := c.replay(s, log); err != nil {
+			c.mu.Lock()
+			for k := range log.keys {
+				s.log.add(k, c.cfg.maxInvalidations)
+			}
+			s.log.overflowed = s.log.overflowed || log.overflowed
+			s.state.Store(int32(down))
+			c.mu.Unlock()
+			c.log.Warn("server answered, but replaying its invalidations failed: it stays out", keyServer, s.addr.str, keyError, err)
+			return false
+		}
+	}
+}
+
+// replay deletes log's keys at s, or flushes s if log overflowed.
+func (c *Client) replay(s *server, log invalidations) error {
+	if log.overflowed {
+		return s.call(func(mc *memcache.Client) error { return mc.FlushAll() })
+	}
+	for k := range log.keys {
+		err := s.call(func(mc *memcache.Client) error { return mc.Delete(k) })
+		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+			return err
+		}
+	}
+	return nil
+}
+
+// invalidate makes sure that s, which did not get a write or delete of key
+// that it would have owned, never serves key's old value: it deletes key
+// there now if s is up, or else adds it to s's invalidations, which are
+// replayed before s is routed to again. It reports whether it deleted key or
+// queued its delete, as mcrouter's asynclog treats a delete it could not
+// deliver: after it, s never serves key's old value.
+func (c *Client) invalidate(s *server, key string) bool {
+	c.mu.Lock()
+	st := s.status()
+	if st != up && (st != gone || s.lost.Load()) {
+		s.log.add(key, c.cfg.maxInvalidations)
+		c.mu.Unlock()
+		return true
+	}
+	c.mu.Unlock()
+	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	if f := failureOf(err); f != healthy {
+		c.mu.Lock()
+		s.log.add(key, c.cfg.maxInvalidations)
+		if st == gone {
+			s.lost.Store(true)
+		}
+		c.mu.Unlock()
+		return true
+	}
+	return err == nil
+}
+
+// invalidated reports whether key is in s's invalidations, so that a value
+// read from s is not to be trusted.
+func (c *Client) invalidated(s *server, key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return s.log.has(key)
+}
+
+func sortStats(ss []ServerStats) {
+	slices.SortFunc(ss, func(a, b ServerStats) int { return strings.Compare(a.Addr, b.Addr) })
+}

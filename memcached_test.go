@@ -1,0 +1,102 @@
+package selector
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// memcached is a real memcached process on loopback, for the Client's
+// tests: its faults are real (SIGKILL, SIGSTOP), and it can be restarted on
+// the same port, empty.
+type memcached struct {
+	t    *testing.T
+	addr string
+	cmd  *exec.Cmd
+}
+
+// startMemcached starts n memcached servers, which the test stops.
+func startMemcached(t *testing.T, n int) []*memcached {
+	t.Helper()
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		if os.Getenv("SELECTOR_REQUIRE_PEERS") != "" {
+			t.Fatalf("memcached is not installed (make test-deps installs it): %v", err)
+		}
+		t.Skipf("memcached is not installed (make test-deps installs it): %v", err)
+	}
+	ms := make([]*memcached, n)
+	for i := range ms {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		ms[i] = &memcached{t: t, addr: addr}
+		ms[i].start(bin)
+		t.Cleanup(ms[i].kill)
+	}
+	return ms
+}
+
+func (m *memcached) start(bin string) {
+	m.t.Helper()
+	_, port, _ := net.SplitHostPort(m.addr)
+	m.cmd = exec.Command(bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1")
+	if os.Getuid() == 0 {
+		m.cmd.Args = append(m.cmd.Args, "-u", "nobody")
+	}
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", m.addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("memcached at %s did not start: %v", m.addr, err)
+		}
+	}
+}
+
+// kill SIGKILLs the server and waits for it to exit.
+func (m *memcached) kill() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		m.cmd.Process.Signal(syscall.SIGCONT)
+		m.cmd.Process.Kill()
+		m.cmd.Wait()
+		m.cmd = nil
+	}
+}
+
+// restart kills the server and starts a new, empty one on its port.
+func (m *memcached) restart() {
+	m.t.Helper()
+	m.kill()
+	bin, _ := exec.LookPath("memcached")
+	m.start(bin)
+}
+
+func (m *memcached) signal(s syscall.Signal) {
+	m.t.Helper()
+	if err := m.cmd.Process.Signal(s); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func addrsOf(ms []*memcached) []string {
+	as := make([]string, len(ms))
+	for i, m := range ms {
+		as[i] = m.addr
+	}
+	return as
+}
+
+func (m *memcached) String() string { return fmt.Sprintf("memcached %s", m.addr) }

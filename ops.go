@@ -1,0 +1,324 @@
+package selector
+
+import (
+	"errors"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cespare/xxhash/v2"
+)
+
+// retry says when a request that failed on its server is sent again, to
+// the key's server then (the next one along the ring if that one went out).
+type retry int
+
+const (
+	// ifNotSent retries only a request that was not sent: its connection
+	// could not be made. Every operation is retried so.
+	ifNotSent retry = iota
+	// ifIdempotent also retries once after a broken connection, when the
+	// server may have run the request: for operations that leave the same
+	// state when run twice (get, set, delete, touch). add, append, prepend,
+	// cas, incr and decr are not: a second run would report a stored add as
+	// not stored, or apply a change twice. A timeout is never retried: the
+	// server may be hung, and a retry would wait as long again.
+	ifIdempotent
+)
+
+// do runs op on the server of the key of hash h, with failover (see
+// retry), and returns the server it ran on last.
+func (c *Client) do(h uint64, r retry, op func(*memcache.Client) error) (*server, error) {
+	var err error
+	var s *server
+	for attempt := range 3 {
+		if s = c.rt.Load().owner(h); s == nil {
+			if err == nil {
+				err = ErrNoServers
+			}
+			return nil, appError(err)
+		}
+		err = s.call(op)
+		f := failureOf(err)
+		c.observe(s, f, err)
+		if f == unreachable || f == broken && r == ifIdempotent && attempt == 0 {
+			continue
+		}
+		break
+	}
+	return s, appError(err)
+}
+
+// write runs op, a write or delete of key, on its server, and makes sure that
+// no other server that held key keeps an old value (see afterWrite). It
+// reports whether afterWrite deleted key somewhere.
+func (c *Client) write(key string, r retry, op func(*memcache.Client) error) (bool, error) {
+	if !legalKey(key) {
+		return false, memcache.ErrMalformedKey
+	}
+	h := xxhash.Sum64String(key)
+	s, err := c.do(h, r, op)
+	if s == nil {
+		return false, err
+	}
+	return c.afterWrite(h, key, s), err
+}
+
+// afterWrite deletes key, just written to or deleted at s, where an old
+// value of it could otherwise be read later: at its member owner if that is
+// out for this client (replayed when it returns), and where it was before a
+// recent change of ring (a handoff's source). It reports whether it deleted
+// key somewhere.
+func (c *Client) afterWrite(h uint64, key string, s *server) bool {
+	rt := c.rt.Load()
+	deleted := false
+	b := rt.baseOwner(h)
+	if b != nil && b != s {
+		deleted = c.invalidate(b, key)
+	}
+	if len(rt.past) == 0 {
+		return deleted
+	}
+	var buf [4]*server
+	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
+		if p != b {
+			deleted = c.invalidate(p, key) || deleted
+		}
+	}
+	return deleted
+}
+
+// handoff looks for key, which missed at s, where it was before a recent
+// change of ring. A value found there, and not overwritten since (see
+// invalidated), is copied to s with add, so that a newer value at s is
+// never replaced, and deleted where it was, so that it cannot come back
+// from there later; the item returned is s's copy, with s's CAS id, when
+// the copy could be read back. The copy expires after exp seconds.
+func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.Item, error) {
+	rt := c.rt.Load()
+	if len(rt.past) == 0 {
+		return nil, memcache.ErrCacheMiss
+	}
+	var buf [4]*server
+	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
+		if !p.readable() || c.invalidated(p, key) {
+			continue
+		}
+		var it *memcache.Item
+		err := p.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
+		if f := failureOf(err); f != healthy {
+			c.sourceFailed(p, f, err)
+			continue
+		}
+		if err != nil {
+			continue // a miss
+		}
+		return c.copyTo(s, p, it, exp), nil
+	}
+	return nil, memcache.ErrCacheMiss
+}
+
+// copyTo adds it, read from p, to s, deletes it at p, and returns s's copy,
+// or it if s's cannot be read.
+func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.Item {
+	cp := *it
+	cp.Expiration = exp
+	err := s.call(func(mc *memcache.Client) error { return mc.Add(&cp) })
+	p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+	if err == nil || errors.Is(err, memcache.ErrNotStored) {
+		var got *memcache.Item
+		if s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return }) == nil {
+			s.seenCAS(got.CasID)
+			return got
+		}
+	}
+	return it
+}
+
+// sourceFailed notes that a handoff's source p failed: one that left is not
+// read again; a member's health is observed as for any request.
+func (c *Client) sourceFailed(p *server, f failure, err error) {
+	if p.status() == gone {
+		p.lost.Store(true)
+		return
+	}
+	c.observe(p, f, err)
+}
+
+// handoffTTL is the expiration, in seconds, of a value a Get copies.
+func (c *Client) handoffTTL() int32 { return int32(c.cfg.handoffTTL / time.Second) }
+
+// Get gets the item for key, as memcache.Client.Get. It fails over, and a
+// miss at a key that moved is handed off (see Client).
+func (c *Client) Get(key string) (*memcache.Item, error) {
+	return c.get(key, c.handoffTTL(), func(mc *memcache.Client) (*memcache.Item, error) { return mc.Get(key) })
+}
+
+// GetAndTouch gets the item for key and sets its expiration, as
+// memcache.Client.GetAndTouch; a value handed off gets that expiration.
+func (c *Client) GetAndTouch(key string, expiration int32) (*memcache.Item, error) {
+	return c.get(key, expiration, func(mc *memcache.Client) (*memcache.Item, error) { return mc.GetAndTouch(key, expiration) })
+}
+
+func (c *Client) get(key string, exp int32, get func(*memcache.Client) (*memcache.Item, error)) (*memcache.Item, error) {
+	if !legalKey(key) {
+		return nil, memcache.ErrMalformedKey
+	}
+	h := xxhash.Sum64String(key)
+	var it *memcache.Item
+	s, err := c.do(h, ifIdempotent, func(mc *memcache.Client) (err error) { it, err = get(mc); return })
+	switch {
+	case err == nil:
+		s.seenCAS(it.CasID)
+		return it, nil
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return c.handoff(h, key, s, exp)
+	}
+	return nil, err
+}
+
+// Touch sets the expiration of key, as memcache.Client.Touch, at its server.
+func (c *Client) Touch(key string, seconds int32) error {
+	if !legalKey(key) {
+		return memcache.ErrMalformedKey
+	}
+	_, err := c.do(xxhash.Sum64String(key), ifIdempotent, func(mc *memcache.Client) error { return mc.Touch(key, seconds) })
+	return err
+}
+
+// Set writes item, as memcache.Client.Set. It is retried when its server
+// fails (see retry).
+func (c *Client) Set(item *memcache.Item) error {
+	_, err := c.write(item.Key, ifIdempotent, func(mc *memcache.Client) error { return mc.Set(item) })
+	return err
+}
+
+// Add writes item if its key holds no value, as memcache.Client.Add.
+func (c *Client) Add(item *memcache.Item) error {
+	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.Add(item) })
+	return err
+}
+
+// Replace writes item if its key holds a value, as memcache.Client.Replace.
+func (c *Client) Replace(item *memcache.Item) error {
+	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.Replace(item) })
+	return err
+}
+
+// Append appends item's value to its key's, as memcache.Client.Append. A
+// key that moved is handed off first.
+func (c *Client) Append(item *memcache.Item) error {
+	return c.change(item.Key, func(mc *memcache.Client) error { return mc.Append(item) })
+}
+
+// Prepend prepends item's value to its key's, as memcache.Client.Prepend. A
+// key that moved is handed off first.
+func (c *Client) Prepend(item *memcache.Item) error {
+	return c.change(item.Key, func(mc *memcache.Client) error { return mc.Prepend(item) })
+}
+
+// CompareAndSwap writes item if its key's value has not changed since item
+// was read, as memcache.Client.CompareAndSwap.
+func (c *Client) CompareAndSwap(item *memcache.Item) error {
+	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.CompareAndSwap(item) })
+	return err
+}
+
+// Delete deletes key, as memcache.Client.Delete, also where it was before a
+// recent change of ring, and at its server if that is out for this client
+// (when it returns); so it returns ErrCacheMiss only if key was found
+// nowhere it can be.
+func (c *Client) Delete(key string) error {
+	deleted, err := c.write(key, ifIdempotent, func(mc *memcache.Client) error { return mc.Delete(key) })
+	if deleted && errors.Is(err, memcache.ErrCacheMiss) {
+		return nil
+	}
+	return err
+}
+
+// Increment adds delta to key's value, as memcache.Client.Increment. A key
+// that moved is handed off first.
+func (c *Client) Increment(key string, delta uint64) (uint64, error) {
+	var v uint64
+	err := c.change(key, func(mc *memcache.Client) (err error) { v, err = mc.Increment(key, delta); return })
+	return v, err
+}
+
+// Decrement subtracts delta from key's value, as memcache.Client.Decrement.
+// A key that moved is handed off first.
+func (c *Client) Decrement(key string, delta uint64) (uint64, error) {
+	var v uint64
+	err := c.change(key, func(mc *memcache.Client) (err error) { v, err = mc.Decrement(key, delta); return })
+	return v, err
+}
+
+// change runs op, which changes key's value in place and fails if there is
+// none; if it fails so and key moved, it hands key off and runs op again.
+func (c *Client) change(key string, op func(*memcache.Client) error) error {
+	if !legalKey(key) {
+		return memcache.ErrMalformedKey
+	}
+	h := xxhash.Sum64String(key)
+	s, err := c.do(h, ifNotSent, op)
+	if s == nil {
+		return err
+	}
+	if errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored) {
+		if _, herr := c.handoff(h, key, s, c.handoffTTL()); herr == nil {
+			err = s.call(op)
+		}
+	}
+	c.afterWrite(h, key, s)
+	return appError(err)
+}
+
+// each runs op on every member server and returns the first error.
+func (c *Client) each(op func(*memcache.Client) error) error {
+	rt := c.rt.Load()
+	var first error
+	for _, s := range rt.baseSrv {
+		if err := s.call(op); err != nil && first == nil {
+			first = appError(err)
+		}
+	}
+	return first
+}
+
+// Ping checks that every server answers, as memcache.Client.Ping, and
+// returns the first error; servers out for this client are pinged too.
+func (c *Client) Ping() error {
+	return c.each(func(mc *memcache.Client) error { return mc.Ping() })
+}
+
+// FlushAll deletes every item on every server, as memcache.Client.FlushAll.
+// A server out for this client is flushed when it returns.
+func (c *Client) FlushAll() error {
+	c.mu.Lock()
+	if rt := c.rt.Load(); rt != nil {
+		for _, s := range rt.baseSrv {
+			if s.status() != up {
+				s.log = invalidations{overflowed: true}
+			}
+		}
+	}
+	c.mu.Unlock()
+	return c.each(func(mc *memcache.Client) error { return mc.FlushAll() })
+}
+
+// DeleteAll deletes every item on every server, as FlushAll. Unlike
+// memcache.Client.DeleteAll, which flushes only the server of the key "",
+// it clears the whole cache.
+func (c *Client) DeleteAll() error { return c.FlushAll() }
+
+// legalKey reports whether memcached takes key, as gomemcache checks it:
+// at most 250 bytes, with no spaces or control characters.
+func legalKey(key string) bool {
+	if len(key) > 250 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}

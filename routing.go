@@ -1,0 +1,142 @@
+package selector
+
+import (
+	"slices"
+	"time"
+)
+
+// routing is the Client's view of its servers: an immutable value, built on
+// every change and published atomically, which requests read without locks.
+type routing struct {
+	base    *ring     // the members, as Kubernetes (or SetServers) has them
+	baseSrv []*server // base's members' servers, by member index
+	live    *ring     // base without the servers out for this client
+	liveSrv []*server
+	past    []past // the live rings before this one, newest first (see Client.handoff)
+}
+
+// past is a live ring the Client routed by before, kept for a while so that
+// a key that moved can be read from where it was and deleted there.
+type past struct {
+	r     *ring
+	srv   []*server
+	until time.Time
+}
+
+// routingInput is what a routing is built from.
+type routingInput struct {
+	base    *ring
+	server  func(*staticAddr) *server // a member's server
+	live    func(*server) bool        // whether a member is routed to
+	old     *routing                  // the routing before, or nil
+	now     time.Time
+	window  time.Duration // how long a past ring is kept
+	maxPast int           // how many are kept
+}
+
+// newRouting returns the routing of in, and the past rings it no longer
+// keeps.
+func newRouting(in routingInput) (rt *routing, dropped []past) {
+	rt = &routing{base: in.base}
+	if in.base != nil {
+		rt.baseSrv = make([]*server, len(in.base.members))
+		var ms []member
+		for i, m := range in.base.members {
+			rt.baseSrv[i] = in.server(m.addr)
+			if in.live(rt.baseSrv[i]) {
+				ms = append(ms, m)
+			}
+		}
+		switch {
+		case len(ms) == len(in.base.members):
+			rt.live, rt.liveSrv = in.base, rt.baseSrv
+		case len(ms) > 0:
+			rt.live = newRing(ms, in.base.points)
+			rt.liveSrv = make([]*server, len(ms))
+			for i, m := range ms {
+				rt.liveSrv[i] = in.server(m.addr)
+			}
+		}
+	}
+
+	var keep []past
+	if o := in.old; o != nil && o.live != nil && !sameServers(o, rt) {
+		keep = append(keep, past{r: o.live, srv: o.liveSrv, until: in.now.Add(in.window)})
+	}
+	if in.old != nil {
+		keep = append(keep, in.old.past...)
+	}
+	for _, p := range keep {
+		if len(rt.past) < in.maxPast && in.now.Before(p.until) {
+			rt.past = append(rt.past, p)
+		} else {
+			dropped = append(dropped, p)
+		}
+	}
+	return rt, dropped
+}
+
+// sameServers reports whether a and b route every key to the same server.
+func sameServers(a, b *routing) bool {
+	if a.live == b.live {
+		return true
+	}
+	if b.live == nil || !a.live.sameIDs(b.live.members) {
+		return false
+	}
+	for i := range a.liveSrv {
+		if a.liveSrv[i] != b.liveSrv[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// owner returns the server that a key of hash h goes to, or nil if there is
+// none. A server marked out since this routing was built is skipped as if
+// it had been removed: its keys go to the next live server along the ring
+// (exactly, while one server is out; see ring.candidates beyond), until the
+// next routing leaves it out of live.
+func (rt *routing) owner(h uint64) *server {
+	if rt == nil || rt.live == nil {
+		return nil
+	}
+	s := rt.liveSrv[rt.live.table.owner(slotOf(h))]
+	if s.status() == up {
+		return s
+	}
+	return rt.next(h)
+}
+
+// next returns the first live server among h's candidates, or nil.
+func (rt *routing) next(h uint64) *server {
+	var buf [8]uint32
+	for _, i := range rt.live.candidates(h, len(buf), buf[:0]) {
+		if s := rt.liveSrv[i]; s.status() == up {
+			return s
+		}
+	}
+	return nil
+}
+
+// baseOwner returns the server that owns h among the members, live or not.
+func (rt *routing) baseOwner(h uint64) *server {
+	if rt == nil || rt.base == nil {
+		return nil
+	}
+	return rt.baseSrv[rt.base.table.owner(slotOf(h))]
+}
+
+// previous appends to dst the servers that owned h in the past rings not
+// expired at now, newest first, without repeats and without not: where the
+// value of a key that moved may still be.
+func (rt *routing) previous(h uint64, not *server, now time.Time, dst []*server) []*server {
+	for _, p := range rt.past {
+		s := p.srv[p.r.table.owner(slotOf(h))]
+		if s == not || slices.Contains(dst, s) || !now.Before(p.until) {
+			continue
+		}
+		dst = append(dst, s)
+	}
+	return dst
+}
