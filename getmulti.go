@@ -14,57 +14,75 @@ import (
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
 func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
-	hashes := make(map[string]uint64, len(keys))
-	for _, k := range keys {
+	hashes := make([]uint64, len(keys))
+	for i, k := range keys {
 		if !legalKey(k) {
 			return nil, memcache.ErrMalformedKey
 		}
-		hashes[k] = xxhash.Sum64String(k)
+		hashes[i] = xxhash.Sum64String(k)
 	}
-	found := make(map[string]*memcache.Item, len(keys))
-	owner := make(map[string]*server, len(keys)) // where each key was last asked
+	var found map[string]*memcache.Item
+	owner := make([]*server, len(keys)) // where each key was last asked
 	var mu sync.Mutex
 	var last error
-	pending := keys
+	pending := make([]int, len(keys)) // indexes into keys
+	for i := range pending {
+		pending[i] = i
+	}
 	for attempt := 0; attempt < 3 && len(pending) > 0; attempt++ {
 		rt := c.rt.Load()
-		batches := map[*server][]string{}
-		for _, k := range pending {
-			s := rt.owner(hashes[k])
+		var bs []batch
+		for _, i := range pending {
+			s := rt.owner(hashes[i])
 			if s == nil {
-				return found, ErrNoServers
+				return map[string]*memcache.Item{}, ErrNoServers
 			}
-			owner[k] = s
-			batches[s] = append(batches[s], k)
+			owner[i] = s
+			bs = addTo(bs, s, i)
 		}
-		pending = nil
-		var wg sync.WaitGroup
-		for s, ks := range batches {
-			wg.Go(func() {
-				var items map[string]*memcache.Item
-				err := s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
-				f := failureOf(err)
-				c.observe(s, f, err)
-				mu.Lock()
-				defer mu.Unlock()
+		pending = pending[:0]
+		get := func(b batch) {
+			ks := make([]string, len(b.keys))
+			for j, i := range b.keys {
+				ks[j] = keys[i]
+			}
+			var items map[string]*memcache.Item
+			err := b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
+			f := failureOf(err)
+			c.observe(b.s, f, err)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, it := range items {
+				b.s.seenCAS(it.CasID)
+			}
+			if found == nil { // the first batch's map is the result: no copy
+				found = items
+			} else {
 				for k, it := range items {
 					found[k] = it
-					s.seenCAS(it.CasID)
 				}
-				switch {
-				case f == unreachable || f == broken && attempt == 0:
-					for _, k := range ks {
-						if found[k] == nil {
-							pending = append(pending, k)
-						}
+			}
+			switch {
+			case f == unreachable || f == broken && attempt == 0:
+				for _, i := range b.keys {
+					if items[keys[i]] == nil {
+						pending = append(pending, i)
 					}
-					last = appError(err)
-				case err != nil:
-					last = appError(err)
 				}
-			})
+				last = appError(err)
+			case err != nil:
+				last = appError(err)
+			}
 		}
+		var wg sync.WaitGroup
+		for _, b := range bs[1:] {
+			wg.Go(func() { get(b) })
+		}
+		get(bs[0])
 		wg.Wait()
+	}
+	if found == nil {
+		found = map[string]*memcache.Item{}
 	}
 	if len(pending) == 0 {
 		c.handoffMulti(keys, hashes, owner, found)
@@ -72,42 +90,66 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 	return found, last
 }
 
+// batch is the keys of a GetMulti, by index, that go to one server.
+type batch struct {
+	s    *server
+	keys []int
+}
+
+// addTo adds key i of server s to bs: a slice, not a map, as a GetMulti
+// goes to few servers.
+func addTo(bs []batch, s *server, i int) []batch {
+	for j := range bs {
+		if bs[j].s == s {
+			bs[j].keys = append(bs[j].keys, i)
+			return bs
+		}
+	}
+	return append(bs, batch{s: s, keys: []int{i}})
+}
+
 // handoffMulti hands off the keys that missed and moved: each is asked at
 // the first server it was at before that can be read, in one batch per
 // server, and a hit is copied to its server as handoff does.
-func (c *Client) handoffMulti(keys []string, hashes map[string]uint64, owner map[string]*server, found map[string]*memcache.Item) {
+func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, found map[string]*memcache.Item) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
 		return
 	}
 	now := time.Now()
-	batches := map[*server][]string{}
+	var bs []batch
 	var buf [4]*server
-	for _, k := range keys {
-		if found[k] != nil || owner[k] == nil {
+	for i, k := range keys {
+		if found[k] != nil || owner[i] == nil {
 			continue
 		}
-		for _, p := range rt.previous(hashes[k], owner[k], now, buf[:0]) {
+		for _, p := range rt.previous(hashes[i], owner[i], now, buf[:0]) {
 			if p.readable() && !c.invalidated(p, k) {
-				batches[p] = append(batches[p], k)
+				bs = addTo(bs, p, i)
 				break
 			}
 		}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for p, ks := range batches {
+	for _, b := range bs {
 		wg.Go(func() {
-			var items map[string]*memcache.Item
-			err := p.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
-			if f := failureOf(err); f != healthy {
-				c.sourceFailed(p, f, err)
+			ks := make([]string, len(b.keys))
+			for j, i := range b.keys {
+				ks[j] = keys[i]
 			}
-			for k, it := range items {
-				cp := c.copyTo(owner[k], p, it, c.handoffTTL())
-				mu.Lock()
-				found[k] = cp
-				mu.Unlock()
+			var items map[string]*memcache.Item
+			err := b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
+			if f := failureOf(err); f != healthy {
+				c.sourceFailed(b.s, f, err)
+			}
+			for _, i := range b.keys {
+				if it := items[keys[i]]; it != nil {
+					cp := c.copyTo(owner[i], b.s, it, c.handoffTTL())
+					mu.Lock()
+					found[keys[i]] = cp
+					mu.Unlock()
+				}
 			}
 		})
 	}

@@ -63,11 +63,13 @@ func TestProxySection(t *testing.T) {
 	require.NoError(t, err)
 	out := w.String()
 
-	require.Len(t, goals, 2)
+	require.Len(t, goals, 3)
 	assert.True(t, goals[0].pass, "a 2%% overhead at the median passes: %+v", goals[0])
 	assert.Contains(t, goals[0].measured, "worst p50 ratio 1.020 (2 CPU)")
-	assert.False(t, goals[1].pass, "the proxy tier was not measured")
-	assert.Contains(t, goals[1].measured, "not measured: nutcracker is not installed")
+	assert.False(t, goals[1].pass, "the Client was not measured")
+	assert.Contains(t, goals[1].measured, "not measured: no BenchmarkProxy/op=get/impl=alternate results for client")
+	assert.False(t, goals[2].pass, "the proxy tier was not measured")
+	assert.Contains(t, goals[2].measured, "not measured: nutcracker is not installed")
 
 	assert.Contains(t, out, "**twemproxy was not measured**: nutcracker is not installed")
 	for _, op := range []string{"### Get", "### Set", "### GetMulti of 100 keys"} {

@@ -60,20 +60,35 @@ func sharedTier() (*Tier, error) {
 // The paths, in the order the benchmark measures them.
 const (
 	ours       = "ours"       // memcache.NewFromSelector(&selector.ServerList)
+	withClient = "client"     // selector.NewClientFromList(&selector.ServerList)
 	gomemcache = "gomemcache" // memcache.New(servers...)
 	twemproxy  = "twemproxy"  // memcache.New(nutcracker)
 )
 
-var pathNames = []string{ours, gomemcache, twemproxy}
+var pathNames = []string{ours, withClient, gomemcache, twemproxy}
+
+// cache is what the benchmark calls, of a *memcache.Client or a
+// *selector.Client.
+type cache interface {
+	Get(key string) (*memcache.Item, error)
+	Set(item *memcache.Item) error
+	GetMulti(keys []string) (map[string]*memcache.Item, error)
+}
 
 // client returns a memcache.Client for the named path over t, or an error
 // that says why the path cannot be measured. Every path has the same client
 // settings: gomemcache's default of 2 idle connections per address (the
 // benchmark runs at most 2 goroutines), and a timeout long enough that a
 // slow moment on a busy machine is a slow sample, not an error.
-func client(t *Tier, name string) (*memcache.Client, error) {
+func client(t *Tier, name string) (cache, error) {
 	var c *memcache.Client
 	switch name {
+	case withClient:
+		var ss selector.ServerList
+		if err := ss.SetServers(t.Servers...); err != nil {
+			return nil, err
+		}
+		return selector.NewClientFromList(&ss, selector.WithMaxIdleConns(memcache.DefaultMaxIdleConns), selector.WithTimeout(5*time.Second))
 	case ours:
 		var ss selector.ServerList
 		if err := ss.SetServers(t.Servers...); err != nil {
@@ -138,22 +153,22 @@ var benchValue = bytes.Repeat([]byte("0123456789"), 10)
 // An operation does its i-th call through c; item is the goroutine's own.
 type operation struct {
 	name string
-	do   func(c *memcache.Client, i int, item *memcache.Item) error
+	do   func(c cache, i int, item *memcache.Item) error
 }
 
 var operations = []operation{
-	{"get", func(c *memcache.Client, i int, _ *memcache.Item) error {
+	{"get", func(c cache, i int, _ *memcache.Item) error {
 		it, err := c.Get(benchKeys[i&benchKeyMask])
 		if err == nil && len(it.Value) != len(benchValue) {
 			err = fmt.Errorf("Get(%q): %d bytes, want %d", it.Key, len(it.Value), len(benchValue))
 		}
 		return err
 	}},
-	{"set", func(c *memcache.Client, i int, item *memcache.Item) error {
+	{"set", func(c cache, i int, item *memcache.Item) error {
 		item.Key = benchKeys[i&benchKeyMask]
 		return c.Set(item)
 	}},
-	{"getmulti", func(c *memcache.Client, i int, _ *memcache.Item) error {
+	{"getmulti", func(c cache, i int, _ *memcache.Item) error {
 		keys := benchBatches[i%len(benchBatches)]
 		m, err := c.GetMulti(keys)
 		if err == nil && len(m) != len(keys) {
@@ -188,7 +203,7 @@ func BenchmarkProxy(b *testing.B) {
 		}
 		fmt.Printf("server-connections: %d\n", *serverConns)
 	})
-	clients := map[string]*memcache.Client{}
+	clients := map[string]cache{}
 	reasons := map[string]error{}
 	for _, name := range pathNames {
 		if err != nil {
@@ -202,12 +217,12 @@ func BenchmarkProxy(b *testing.B) {
 			b.Run(fmt.Sprintf("op=%s/impl=%s", op.name, name), func(b *testing.B) {
 				paths := []string{name}
 				if name == alternate {
-					paths = []string{ours, gomemcache}
+					paths = []string{ours, withClient, gomemcache}
 					if reasons[twemproxy] == nil {
 						paths = append(paths, twemproxy)
 					}
 				}
-				var cs []*memcache.Client
+				var cs []cache
 				for _, p := range paths {
 					if err := reasons[p]; err != nil {
 						// go test shows skips only with -v: say it on stdout.
@@ -244,7 +259,7 @@ const alternate = "alternate"
 var loaded sync.Map
 
 // load sets every benchmark key through c, once per path.
-func load(c *memcache.Client, name string) error {
+func load(c cache, name string) error {
 	if _, ok := loaded.Load(name); ok {
 		return nil
 	}
@@ -261,7 +276,7 @@ func load(c *memcache.Client, name string) error {
 // latencies of the operations through each of cs. With more than one
 // client, a goroutine's operations go through each client in turn, on the
 // same key, and the order of the clients is each permutation in turn.
-func benchOp(b *testing.B, cs []*memcache.Client, op operation) [][]time.Duration {
+func benchOp(b *testing.B, cs []cache, op operation) [][]time.Duration {
 	procs := runtime.GOMAXPROCS(0) // RunParallel's goroutines
 	n := len(cs)
 	orders := clientOrders(n)
@@ -343,6 +358,11 @@ func clientOrders(n int) [][]int {
 		return [][]int{{0, 1}, {1, 0}}
 	case 3:
 		return [][]int{{0, 1, 2}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}}
+	case 4: // all 24 permutations, in an order found by search
+		return [][]int{{2, 3, 0, 1}, {1, 2, 3, 0}, {2, 0, 1, 3}, {3, 1, 2, 0}, {3, 0, 2, 1}, {0, 3, 2, 1},
+			{1, 0, 3, 2}, {2, 3, 1, 0}, {1, 3, 2, 0}, {0, 2, 1, 3}, {1, 2, 0, 3}, {3, 2, 1, 0},
+			{0, 1, 3, 2}, {1, 0, 2, 3}, {3, 2, 0, 1}, {2, 1, 0, 3}, {2, 1, 3, 0}, {0, 3, 1, 2},
+			{0, 1, 2, 3}, {0, 2, 3, 1}, {1, 3, 0, 2}, {2, 0, 3, 1}, {3, 1, 0, 2}, {3, 0, 1, 2}}
 	}
 	panic(fmt.Sprintf("no orders for %d clients", n))
 }
@@ -426,12 +446,12 @@ func TestPaths(t *testing.T) {
 }
 
 func TestClientOrders(t *testing.T) {
-	for n := 1; n <= 3; n++ {
+	for n := 1; n <= 4; n++ {
 		orders := clientOrders(n)
 		var seq []int
 		place := map[[2]int]int{} // client, place -> count
 		for _, o := range orders {
-			require.ElementsMatch(t, o, []int{0, 1, 2}[:n], "order %v", o)
+			require.ElementsMatch(t, o, []int{0, 1, 2, 3}[:n], "order %v", o)
 			for at, k := range o {
 				place[[2]int{k, at}]++
 			}
