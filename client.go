@@ -178,6 +178,18 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		}
 	}
 
+	// With discovery, a server that left is read and sent deletes only
+	// while Kubernetes says it serves: terminating, in its grace period.
+	// Without, until it fails.
+	if c.list.drains {
+		dr := c.list.drainingSet()
+		for _, s := range c.servers {
+			if s.status() == gone {
+				s.lost.Store(!slices.Contains(dr, s.addr.str))
+			}
+		}
+	}
+
 	rt, dropped := newRouting(routingInput{
 		base:    base,
 		server:  func(a *staticAddr) *server { return c.servers[a.str] },

@@ -182,6 +182,12 @@ func TestFailoverKilled(t *testing.T) {
 	require.Equal(t, len(dead), st.Invalidations)
 }
 
+func serverOf(c *Client, addr string) *server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servers[addr]
+}
+
 func stateOf(c *Client, addr string) ServerStats {
 	for _, s := range c.Stats().Servers {
 		if s.Addr == addr {
@@ -434,4 +440,34 @@ func TestClientOptionErrors(t *testing.T) {
 	}
 	_, err = NewClientFromList(nil)
 	require.Error(t, err)
+}
+
+// TestHandoffFromDraining removes a server that still serves (a pod in its
+// grace period, terminating but serving): its keys are handed off from it
+// while discovery says it drains, and not read once it stops.
+func TestHandoffFromDraining(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	ss.drains = true // as with discovery
+	keys := keysOf(t, ss, ms[2].addr, 40)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+	ss.setDraining([]string{ms[2].addr})
+	eventually(t, "the client to see the server drain", func() bool {
+		rt := c.rt.Load()
+		return len(rt.past) == 1 && len(rt.baseSrv) == 2 && stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
+	})
+	for _, k := range keys[:20] {
+		it, err := c.Get(k)
+		require.NoError(t, err, "%s not handed off from the draining server", k)
+		require.Equal(t, k, string(it.Value))
+	}
+	ss.setDraining(nil)
+	eventually(t, "the client to see the server stop", func() bool { return serverOf(c, ms[2].addr).lost.Load() })
+	for _, k := range keys[20:] {
+		_, err := c.Get(k)
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s read from a server that no longer serves", k)
+	}
 }

@@ -35,6 +35,7 @@ type decoder struct {
 type endpoint struct {
 	addr          string // ip:port, where its connections go
 	hostname, pod string // its names that can be identities, or ""
+	draining      bool   // terminating but still serving: not a member
 }
 
 // union returns the members of all slices in one IP family, each under its
@@ -45,7 +46,11 @@ type endpoint struct {
 func union(bySlice map[string][]endpoint, family string) []member {
 	var all []endpoint
 	for _, eps := range bySlice {
-		all = append(all, eps...)
+		for _, e := range eps {
+			if !e.draining {
+				all = append(all, e)
+			}
+		}
 	}
 	all = pickFamily(all, family)
 	slices.SortFunc(all, func(a, b endpoint) int {
@@ -55,6 +60,29 @@ func union(bySlice map[string][]endpoint, family string) []member {
 	})
 	all = slices.CompactFunc(all, func(a, b endpoint) bool { return a.addr == b.addr })
 	return canonical(identify(all))
+}
+
+// draining returns the sorted addresses of the endpoints of all slices that
+// are terminating but still serving (a pod in its grace period, whose
+// preStop hook runs) and are not members: the Client reads them for a
+// handoff until they stop serving.
+func draining(bySlice map[string][]endpoint, family string, members []member) []string {
+	var all []endpoint
+	for _, eps := range bySlice {
+		for _, e := range eps {
+			if e.draining {
+				all = append(all, e)
+			}
+		}
+	}
+	var as []string
+	for _, e := range pickFamily(all, family) {
+		if !slices.ContainsFunc(members, func(m member) bool { return m.addr.str == e.addr }) {
+			as = append(as, e.addr)
+		}
+	}
+	slices.Sort(as)
+	return slices.Compact(as)
 }
 
 // cmpBool orders false before true.
@@ -176,8 +204,13 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, 
 		c := e.Conditions
 		// ready is serving and not terminating, unless the Service publishes
 		// not-ready addresses, when ready is always true: so ask for all three.
-		// A missing condition means ready, serving, not terminating.
-		if len(e.Addresses) == 0 || c.Ready != nil && !*c.Ready || c.Serving != nil && !*c.Serving || c.Terminating != nil && *c.Terminating {
+		// A missing condition means ready, serving, not terminating. One
+		// that is serving and terminating drains: it is no member, but its
+		// values can still be read.
+		serving := c.Serving == nil || *c.Serving
+		terminating := c.Terminating != nil && *c.Terminating
+		drains := terminating && c.Serving != nil && *c.Serving
+		if len(e.Addresses) == 0 || !drains && (c.Ready != nil && !*c.Ready || !serving || terminating) {
 			continue
 		}
 		hostname := ""
@@ -185,6 +218,7 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, 
 			hostname = *e.Hostname
 		}
 		if e, ok := newEndpoint(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
+			e.draining = drains
 			eps = append(eps, e)
 		}
 	}

@@ -85,7 +85,9 @@ type ServerList struct {
 	points int        // points per member; 0 means DefaultPointsPerServer
 
 	// Discovery, set by NewServerList.
-	subs []chan<- struct{} // told of every change (see subscribe); guarded by mu
+	subs     []chan<- struct{}        // told of every change (see subscribe); guarded by mu
+	drains   bool                     // discovery reports draining endpoints
+	draining atomic.Pointer[[]string] // terminating endpoints still serving (see setDraining)
 
 	w          *watcher      // for Stats
 	discovered bool          // discovery has published a set; used by its goroutine only
@@ -192,12 +194,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 		r = newRing(ms, ss.pointsPerServer())
 	}
 	ss.ring.Store(r)
-	for _, c := range ss.subs {
-		select {
-		case c <- struct{}{}:
-		default: // one is pending: the subscriber will read this ring
-		}
-	}
+	ss.tell()
 
 	newAddrs := map[string]bool{}
 	if r != nil {
@@ -215,6 +212,36 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	}
 	slices.Sort(removed)
 	return added, removed, nil
+}
+
+// setDraining records the addresses of the endpoints that are terminating
+// but still serving, and tells the subscribers if they changed.
+func (ss *ServerList) setDraining(as []string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if old := ss.draining.Load(); old != nil && slices.Equal(*old, as) || old == nil && len(as) == 0 {
+		return
+	}
+	ss.draining.Store(&as)
+	ss.tell()
+}
+
+// drainingSet returns the addresses that setDraining recorded.
+func (ss *ServerList) drainingSet() []string {
+	if p := ss.draining.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// tell signals the subscribers. Called with ss.mu held.
+func (ss *ServerList) tell() {
+	for _, c := range ss.subs {
+		select {
+		case c <- struct{}{}:
+		default: // one is pending: the subscriber will read the latest
+		}
+	}
 }
 
 // subscribe makes every change of ring send on c, without blocking: a
@@ -287,9 +314,9 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 	if err != nil {
 		return nil, err
 	}
-	ss := &ServerList{points: o.points, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
+	ss := &ServerList{points: o.points, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
 	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log,
-		publish: func(ms []member) error { return ss.publish(ms, log) }})
+		publish: func(ms []member, draining []string) error { return ss.publish(ms, draining, log) }})
 
 	// The watch outlives ctx: it keeps ctx's values but not its cancellation
 	// or deadline, and stops on Close.
@@ -326,11 +353,12 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 // publish makes ms, from discovery, the servers, logs the change and signals
 // the change hook. The first set is always signalled, even if empty. A set
 // that update refuses is returned as an error.
-func (ss *ServerList) publish(ms []member, log *slog.Logger) error {
+func (ss *ServerList) publish(ms []member, draining []string, log *slog.Logger) error {
 	added, removed, err := ss.update(ms)
 	if err != nil {
 		return err
 	}
+	ss.setDraining(draining)
 	first := !ss.discovered
 	ss.discovered = true
 	n := len(ss.Servers())

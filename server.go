@@ -27,7 +27,7 @@ type server struct {
 	timeouts atomic.Int32  // consecutive timeouts
 	inflight atomic.Int32  // requests running on mc
 	retired  atomic.Bool   // left: close its connections once idle
-	lost     atomic.Bool   // failed since it left: not read or written any more
+	lost     atomic.Bool   // left, and no longer serves or failed since: not read or written any more
 	maxCAS   atomic.Uint64 // the highest CAS id a reply carried, to tell a restart
 
 	// Guarded by Client.mu.
@@ -106,8 +106,8 @@ func (s *server) retire() {
 func (s *server) unretire() { s.retired.Store(false); s.lost.Store(false) }
 
 // readable reports whether a value read from s can be used for a handoff:
-// it is up, or it left and has not failed since (a pod that Kubernetes
-// removed may serve for its grace period).
+// it is up, or it left but still serves (a terminating pod in its grace
+// period; see Client.refresh).
 func (s *server) readable() bool {
 	st := s.status()
 	return st == up || st == gone && !s.lost.Load()

@@ -37,7 +37,7 @@ type watchConfig struct {
 	family  string // "IPv4", "IPv6" or "" for either
 	timing  timing
 	log     *slog.Logger
-	publish func(ms []member) error // the members after a change, and after the first list
+	publish func(ms []member, draining []string) error // the members and draining addresses after a change, and after the first list
 }
 
 // phase is where a watcher is in its life.
@@ -67,6 +67,7 @@ type watcher struct {
 	expiries  int // expired lists and watches in a row
 	notServed int // answers in a row that discovery.k8s.io/v1 is not served
 	published []member
+	drained   []string // the draining addresses published
 	backoff   backoff
 }
 
@@ -415,10 +416,12 @@ func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 // logged, and the ring keeps the last set.
 func (w *watcher) recompute() {
 	all := union(w.slices, w.family)
-	if w.published != nil && equalMembers(all, w.published) {
+	dr := draining(w.slices, w.family, all)
+	if w.published != nil && equalMembers(all, w.published) && slices.Equal(dr, w.drained) {
 		return
 	}
-	if err := w.publish(all); err != nil {
+	w.drained = dr
+	if err := w.publish(all, dr); err != nil {
 		w.log.Error("refusing the Service's endpoints; keeping the servers", keyError, err.Error(), keyServers, len(w.published))
 		return
 	}

@@ -532,26 +532,29 @@ func TestDuplicateAddressWeighsOnce(t *testing.T) {
 }
 
 // Only ready endpoints are servers: ready, serving and not terminating, a
-// missing condition counting as ready, serving, not terminating.
+// missing condition counting as ready, serving, not terminating. Those that
+// are terminating and say they still serve drain: no servers, but the
+// Client reads them for a handoff.
 func TestEndpointConditions(t *testing.T) {
 	yes, no := ptr(true), ptr(false)
 	cases := []struct {
-		name string
-		ep   func(ip string) fakeEndpoint
-		want bool
+		name        string
+		ep          func(ip string) fakeEndpoint
+		want, drain bool
 	}{
-		{"ready", ep, true},
-		{"no conditions", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, nil) }, true},
-		{"ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(yes, nil, nil) }, true},
-		{"ready missing, serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, yes, no) }, true},
-		{"not ready", func(ip string) fakeEndpoint { return ep(ip).cond(no, no, no) }, false},
-		{"not ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(no, nil, nil) }, false},
-		{"ready missing, not serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, no, nil) }, false},
-		{"terminating, still serving", func(ip string) fakeEndpoint { return ep(ip).cond(no, yes, yes) }, false},
-		{"terminating, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, yes) }, false},
+		{"ready", ep, true, false},
+		{"no conditions", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, nil) }, true, false},
+		{"ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(yes, nil, nil) }, true, false},
+		{"ready missing, serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, yes, no) }, true, false},
+		{"not ready", func(ip string) fakeEndpoint { return ep(ip).cond(no, no, no) }, false, false},
+		{"not ready, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(no, nil, nil) }, false, false},
+		{"ready missing, not serving", func(ip string) fakeEndpoint { return ep(ip).cond(nil, no, nil) }, false, false},
+		{"terminating, still serving", func(ip string) fakeEndpoint { return ep(ip).cond(no, yes, yes) }, false, true},
+		{"terminating, no longer serving", func(ip string) fakeEndpoint { return ep(ip).cond(no, no, yes) }, false, false},
+		{"terminating, others missing", func(ip string) fakeEndpoint { return ep(ip).cond(nil, nil, yes) }, false, false},
 		// publishNotReadyAddresses makes ready always true.
-		{"publishNotReadyAddresses, pod not ready", func(ip string) fakeEndpoint { return ep(ip).cond(yes, no, no) }, false},
-		{"publishNotReadyAddresses, pod terminating", func(ip string) fakeEndpoint { return ep(ip).cond(yes, yes, yes) }, false},
+		{"publishNotReadyAddresses, pod not ready", func(ip string) fakeEndpoint { return ep(ip).cond(yes, no, no) }, false, false},
+		{"publishNotReadyAddresses, pod terminating", func(ip string) fakeEndpoint { return ep(ip).cond(yes, yes, yes) }, false, true},
 	}
 	f := newFakeAPI(t)
 	var eps []fakeEndpoint
@@ -563,10 +566,12 @@ func TestEndpointConditions(t *testing.T) {
 	f.put(v4("memcache-a", eps...))
 	ss := start(t, f)
 	got := addrs(ss)
+	drain := ss.drainingSet()
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := fmt.Sprintf("10.0.0.%d:11211", i+1)
 			assert.Equal(t, tc.want, slices.Contains(got, addr), "%s in servers %v", addr, got)
+			assert.Equal(t, tc.drain, slices.Contains(drain, addr), "%s in draining %v", addr, drain)
 		})
 	}
 	for _, a := range got {

@@ -13,14 +13,14 @@ import (
 )
 
 // writeKeys sets prefix/0 ... prefix/n-1, from 8 goroutines.
-func writeKeys(cache *memcache.Client, prefix string, n int) error {
+func writeKeys(mc cache, prefix string, n int) error {
 	const workers = 8
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n && errs[w] == nil; i += workers {
-				errs[w] = cache.Set(&memcache.Item{Key: fmt.Sprintf("%s/%d", prefix, i), Value: []byte("value")})
+				errs[w] = mc.Set(&memcache.Item{Key: fmt.Sprintf("%s/%d", prefix, i), Value: []byte("value")})
 			}
 		})
 	}
@@ -30,14 +30,14 @@ func writeKeys(cache *memcache.Client, prefix string, n int) error {
 
 // readBack reads prefix/0 ... prefix/n-1 (GetMulti, 100 at a time) and
 // returns how many it found.
-func readBack(cache *memcache.Client, prefix string, n int) (int, error) {
+func readBack(mc cache, prefix string, n int) (int, error) {
 	found := 0
 	for i := 0; i < n; i += 100 {
 		var keys []string
 		for j := i; j < min(i+100, n); j++ {
 			keys = append(keys, fmt.Sprintf("%s/%d", prefix, j))
 		}
-		items, err := cache.GetMulti(keys)
+		items, err := mc.GetMulti(keys)
 		if err != nil {
 			return 0, err
 		}

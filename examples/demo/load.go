@@ -23,12 +23,22 @@ const (
 	loadInterval = 2 * time.Millisecond
 )
 
-// load is steady cache-aside traffic over the keys prefix/0 ... prefix/n-1:
-// a Get of a random key, and a Set of it after a miss. It counts requests,
-// hits and errors in windows: each request counts in the window current
-// when it started.
+// cache is what the demo asks of a memcached client: *memcache.Client and
+// *selector.Client both have it, as they have the rest of gomemcache's
+// method set.
+type cache interface {
+	Get(key string) (*memcache.Item, error)
+	GetMulti(keys []string) (map[string]*memcache.Item, error)
+	Set(item *memcache.Item) error
+}
+
+// load is steady cache-aside traffic through one path (a client) over the
+// keys prefix/0 ... prefix/n-1: a Get of a random key, and a Set of it
+// after a miss. It counts requests, hits and errors in windows: each
+// request counts in the window current when it started.
 type load struct {
-	cache  *memcache.Client
+	name   string // the path, as the tables show it
+	cache  cache
 	prefix string
 	keys   int
 	log    *slog.Logger
@@ -56,8 +66,8 @@ func (w *window) hitRate() float64 {
 	return 0
 }
 
-func startLoad(cache *memcache.Client, prefix string, keys int, log *slog.Logger) *load {
-	l := &load{cache: cache, prefix: prefix, keys: keys, log: log}
+func startLoad(name string, mc cache, prefix string, keys int, log *slog.Logger) *load {
+	l := &load{name: name, cache: mc, prefix: prefix, keys: keys, log: log}
 	l.cur.Store(&window{start: time.Now()})
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
@@ -115,7 +125,7 @@ func (l *load) once(key string) {
 		w.routingErrs.Add(1)
 	}
 	if w.logged.Add(1) <= 3 { // a few samples per window, in the log file
-		l.log.Warn("demo: request failed", "key", key, "err", err)
+		l.log.Warn("demo: request failed", "path", l.name, "key", key, "err", err)
 	}
 }
 

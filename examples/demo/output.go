@@ -90,46 +90,81 @@ func (o *output) during(live func() string, f func() (string, error)) (string, e
 }
 
 // trafficTable prints a row per step of a story told under traffic: what
-// happened, how long it took, the servers in the ring as it began, and the
-// requests, errors and hit rate of the load meanwhile. It counts from its
-// creation; it prints its header with the first row.
+// happened, how long it took, the servers in the ring as it began, and for
+// each path (a load) the errors and the hit rate of its requests meanwhile.
+// A line above the header names the paths. It counts from its creation; it
+// prints its header with the first row.
 type trafficTable struct {
 	o      *output
-	load   *load
+	loads  []*load
 	ss     *selector.ServerList
 	cols   []column
 	header bool
 }
 
-func (o *output) trafficTable(first string, load *load, ss *selector.ServerList) *trafficTable {
-	load.next()
-	return &trafficTable{o: o, load: load, ss: ss, cols: []column{
-		{first, -34}, {"time", 5}, {"servers", 7}, {"requests", 8}, {"errors", 6}, {"hit rate", 8},
-	}}
+// Widths of the traffic table's columns: the step, time and servers, then
+// errors and hit rate per path.
+const (
+	stepWidth   = 30
+	errorsWidth = 8
+	rateWidth   = 8
+)
+
+func (o *output) trafficTable(first string, ss *selector.ServerList, loads ...*load) *trafficTable {
+	cols := []column{{first, -stepWidth}, {"time", 5}, {"servers", 7}}
+	for _, l := range loads {
+		l.next()
+		cols = append(cols, column{"errors", errorsWidth}, column{"hit rate", rateWidth})
+	}
+	return &trafficTable{o: o, loads: loads, ss: ss, cols: cols}
 }
 
-// row runs f under the load and prints a row for the time since the
+// row runs f under the loads and prints a row for the time since the
 // previous one, labeled with label and what f returns: live while f runs
-// (on a terminal), then final.
-func (t *trafficTable) row(label string, f func() (string, error)) (*window, error) {
+// (on a terminal), then final. It returns the window that ended of each
+// load, in the order of the loads.
+func (t *trafficTable) row(label string, f func() (string, error)) ([]*window, error) {
 	if !t.header {
-		t.o.header(t.cols)
+		t.printHeader()
 		t.header = true
 	}
 	servers := len(t.ss.Servers())
-	line := func(label string, w *window, took time.Duration) string {
-		return row(t.cols, label, seconds(took), servers, count(w.requests()), count(w.errors()), percent(w.hitRate()))
+	line := func(label string, ws []*window, took time.Duration) string {
+		values := []any{label, seconds(took), servers}
+		for _, w := range ws {
+			values = append(values, count(w.errors()), percent(w.hitRate()))
+		}
+		return row(t.cols, values...)
 	}
 	answer, err := t.o.during(func() string {
-		w := t.load.current()
-		return line(label+" ...", w, time.Since(w.start))
+		ws := make([]*window, len(t.loads))
+		for i, l := range t.loads {
+			ws[i] = l.current()
+		}
+		return line(label+" ...", ws, time.Since(ws[0].start))
 	}, f)
 	if err != nil {
 		return nil, err
 	}
-	w := t.load.next()
-	t.o.say("%s", line(strings.TrimSpace(label+" "+answer), w, w.took))
-	return w, nil
+	ws := make([]*window, len(t.loads))
+	for i, l := range t.loads {
+		ws[i] = l.next()
+	}
+	t.o.say("%s", line(strings.TrimSpace(label+" "+answer), ws, ws[0].took))
+	return ws, nil
+}
+
+// printHeader prints the names of the paths, each right-aligned over its
+// errors and hit rate, and the columns' names.
+func (t *trafficTable) printHeader() {
+	paths := []column{{"", -(stepWidth + 2 + 5 + 2 + 7)}}
+	names := []any{""}
+	for _, l := range t.loads {
+		paths = append(paths, column{"", errorsWidth + 2 + rateWidth})
+		names = append(names, l.name)
+	}
+	t.o.say("%s", row(paths, names...))
+	t.o.header(t.cols)
 }
 
 // count formats n with thousands separators: 10,000.

@@ -7,6 +7,9 @@ import (
 )
 
 // summary is what the demo found; -summary-json writes it for the e2e test.
+// Under traffic (the rolling restart and the kill) it counts each path on
+// its own: "selector", memcache.NewFromSelector over the ServerList, and
+// "client", a selector.Client over the same ServerList.
 type summary struct {
 	Keys              int     `json:"keys"`
 	ServersDiscovered int     `json:"servers_discovered"`
@@ -14,17 +17,30 @@ type summary struct {
 	RingHitRate       float64 `json:"ring_hit_rate"`   // keys found after the scale-up, this library
 	ModuloHitRate     float64 `json:"modulo_hit_rate"` // the same with memcache.ServerList
 	Roll              struct {
-		Steps        int `json:"steps"`
-		ServersAfter int `json:"servers_after"`
-		counts
+		Steps        int        `json:"steps"`
+		ServersAfter int        `json:"servers_after"`
+		Selector     rollCounts `json:"selector"`
+		Client       rollCounts `json:"client"`
 	} `json:"roll"`
 	Kill struct {
-		Killed       counts `json:"killed"`    // from the SIGKILL until the pod left the ring
-		NotReady     counts `json:"not_ready"` // until it was back
-		Restarted    counts `json:"restarted"` // a moment after that
-		ServersAfter int    `json:"servers_after"`
+		ServersAfter int        `json:"servers_after"`
+		Selector     killCounts `json:"selector"`
+		Client       killCounts `json:"client"`
 	} `json:"kill"`
 	LogFile string `json:"log_file"`
+}
+
+// rollCounts are one path's requests in the rolling restart.
+type rollCounts struct {
+	Before counts `json:"before"` // a moment of traffic before the first step
+	During counts `json:"during"` // all the steps
+}
+
+// killCounts are one path's requests after the kill.
+type killCounts struct {
+	Killed    counts `json:"killed"`    // from the SIGKILL until the pod left the ring
+	NotReady  counts `json:"not_ready"` // until it was back
+	Restarted counts `json:"restarted"` // a moment after that
 }
 
 // counts of requests under traffic, in one window or several.
@@ -49,15 +65,22 @@ func (c *counts) add(w *window) {
 }
 
 func (s *summary) print(o *output) {
-	k := s.Kill
+	r, k := s.Roll, s.Kill
+	killErrors := func(c killCounts) int64 { return c.Killed.Errors + c.NotReady.Errors + c.Restarted.Errors }
+	client := fmt.Sprintf("the same traffic: %s errors after the kill (not %s), hit rate %s during the roll (not %s)",
+		count(killErrors(k.Client)), count(killErrors(k.Selector)), percent(r.Client.During.HitRate), percent(r.Selector.During.HitRate))
+	if r.Client.During.Errors > 0 {
+		client += fmt.Sprintf("; %s errors in the roll", count(r.Client.During.Errors))
+	}
 	lines := [][2]string{
 		{"discovery", fmt.Sprintf("%d servers at the start, %d after the scale-up", s.ServersDiscovered, s.ServersAfterScale)},
 		{fmt.Sprintf("scale-up %d to %d", s.ServersDiscovered, s.ServersAfterScale),
 			fmt.Sprintf("%s of the keys still hit with this library, %s with modulo hashing", percent(s.RingHitRate), percent(s.ModuloHitRate))},
-		{"rolling restart", fmt.Sprintf("%d pods replaced under traffic: %s requests, %s errors, hit rate %s",
-			s.Roll.Steps, count(s.Roll.Requests), count(s.Roll.Errors), percent(s.Roll.HitRate))},
-		{"memcached killed", fmt.Sprintf("%s errors in the %.1fs until its pod turned NotReady, %s after",
-			count(k.Killed.Errors), k.Killed.Seconds, count(k.NotReady.Errors+k.Restarted.Errors))},
+		{"rolling restart", fmt.Sprintf("%d pods replaced; selector only: %s errors, hit rate %s before, %s during",
+			r.Steps, count(r.Selector.During.Errors), percent(r.Selector.Before.HitRate), percent(r.Selector.During.HitRate))},
+		{"memcached killed", fmt.Sprintf("selector only: %s errors in the %.1fs until its pod turned NotReady, %s after",
+			count(k.Selector.Killed.Errors), k.Selector.Killed.Seconds, count(k.Selector.NotReady.Errors+k.Selector.Restarted.Errors))},
+		{"selector.Client", client},
 		{"library log", s.LogFile},
 	}
 	for _, l := range lines {
