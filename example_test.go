@@ -2,6 +2,7 @@ package selector_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -104,4 +105,42 @@ func ExampleServerList_Stats() {
 		fmt.Fprintf(w, "servers %d, last sync %s ago, relists %d, watch restarts %d, last error %v\n",
 			len(s.Servers), time.Since(s.LastSync).Round(time.Second), s.Relists, s.WatchRestarts, s.LastError)
 	})
+}
+
+// A Client in place of memcache.NewFromSelector: the same methods, plus
+// failover, no stale reads when a server returns, a warm handoff when pods
+// roll, and no connections left to pods that are gone.
+func ExampleNewClient() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := selector.NewClient(ctx, "memcache-headless:11211", selector.WithTimeout(200*time.Millisecond))
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer c.Close()
+
+	item, err := c.Get("user:42")
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		// Load it, then c.Set it.
+	case err != nil:
+		log.Printf("get: %v", err)
+	default:
+		fmt.Printf("%s\n", item.Value)
+	}
+}
+
+// A Client over fixed servers, outside Kubernetes: SetServers changes them
+// later, and the Client follows.
+func ExampleNewClientFromList() {
+	var ss selector.ServerList
+	if err := ss.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"); err != nil {
+		log.Fatal(err)
+	}
+	c, err := selector.NewClientFromList(&ss)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.Set(&memcache.Item{Key: "greeting", Value: []byte("hello")})
 }

@@ -2,6 +2,12 @@
 // the memcached pods of a headless Service, writes keys through them, and
 // keeps reading and writing while pods are added, replaced and killed.
 //
+// While pods are replaced and killed, the same traffic goes through two
+// paths over the same ServerList, each with keys of its own:
+// memcache.NewFromSelector ("selector only") and a selector.Client, which
+// fails over from a dead server and hands moved keys off. The tables show
+// each path's errors and hit rate side by side.
+//
 // `make demo` runs it on a control plane on this machine (e2e/cmd/demo). It
 // is an ordinary client of the library, outside the cluster: it reaches the
 // API server with WithAPIServer and the token and CA of the ServiceAccount in
@@ -160,34 +166,69 @@ func run(c config) error {
 	out.say("Ideally %d/%d = %s of the keys stay on their pod: the new pod takes its share (about 1/6), no more.",
 		pods-1, pods, percent(float64(pods-1)/float64(pods)))
 
-	// 4. Replace every pod, one by one, while traffic flows.
+	// 4. Replace every pod, one by one, while traffic flows: through cache,
+	// and through a selector.Client over the same ServerList.
 	out.chapter("4. Restart every pod, as a Deployment's rolling update does")
-	load := startLoad(cache, "ring", c.keys, logger)
-	defer load.stop()
-	out.say("Traffic all along: %s requests/s, each a Get, and a Set after a miss (cache-aside).", count(load.rate()))
+	client, err := selector.NewClientFromList(ss,
+		selector.WithTimeout(cache.Timeout),
+		selector.WithMaxIdleConns(cache.MaxIdleConns),
+		selector.WithSlog(logger),
+	)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	// Both start warm: every key written (scaling up left the ring's cold).
+	if err := writeKeys(cache, "ring", c.keys); err != nil {
+		return err
+	}
+	if err := writeKeys(client, "client", c.keys); err != nil {
+		return err
+	}
+	selectorOnly := startLoad("selector only", cache, "ring", c.keys, logger)
+	defer selectorOnly.stop()
+	withClient := startLoad("selector.Client", client, "client", c.keys, logger)
+	defer withClient.stop()
+	out.say("Traffic all along, on two paths over the same ServerList, each with %s keys of its own:", count(c.keys))
+	out.say("  %-16s memcache.NewFromSelector(ss), as above; its keys are ring/...", "selector only")
+	out.say("  %-16s selector.NewClientFromList(ss): fails over, and hands moved keys off; client/...", "selector.Client")
+	out.say("Each path sends %s requests/s, a Get, and a Set after a miss (cache-aside), and starts", count(selectorOnly.rate()))
+	out.say("warm: it has just written all its keys.")
 	out.say("A step: a new pod starts and turns Ready, then the oldest is deleted: it turns Terminating and")
 	out.say("leaves the ring, its memcached serves on through the preStop sleep, stops, and the pod goes.")
-	steps := out.trafficTable("step", load, ss)
+	steps := out.trafficTable("step", ss, selectorOnly, withClient)
+	ws, err := steps.row("before the roll", func() (string, error) {
+		time.Sleep(c.pause)
+		return "", nil
+	})
+	if err != nil {
+		return err
+	}
+	sum.Roll.Selector.Before.add(ws[0])
+	sum.Roll.Client.Before.add(ws[1])
 	for i := range pods {
-		w, err := steps.row(fmt.Sprintf("%d/%d", i+1, pods), func() (string, error) { return control.do("/roll-next") })
+		ws, err := steps.row(fmt.Sprintf("%d/%d", i+1, pods), func() (string, error) { return control.do("/roll-next") })
 		if err != nil {
 			return err
 		}
-		sum.Roll.add(w)
+		sum.Roll.Selector.During.add(ws[0])
+		sum.Roll.Client.During.add(ws[1])
 	}
 	sum.Roll.Steps = pods
 	sum.Roll.ServersAfter = len(ss.Servers())
-	if sum.Roll.Errors == 0 {
+	if roll := sum.Roll; roll.Selector.During.Errors == 0 && roll.Client.During.Errors == 0 {
 		out.say("No request failed: a pod leaves the ring as soon as it turns Terminating, before memcached stops.")
 	} else {
-		out.say("%s requests failed; the log file has samples.", count(sum.Roll.Errors))
+		out.say("%s requests failed with selector only, %s with selector.Client; the log file has samples.",
+			count(roll.Selector.During.Errors), count(roll.Client.During.Errors))
 	}
-	out.say("Each step moves two shares of the keys, to the new pod and off the old one. A moved key")
-	out.say("misses once, then the Set after the miss writes it back.")
+	out.say("Each step moves two shares of the keys, to the new pod and off the old one. With selector only")
+	out.say("a moved key misses once, then the Set after the miss writes it back. selector.Client reads a")
+	out.say("key that misses at its new pod where it was, while that pod serves, and copies it over.")
 
 	// 5. A memcached dies without warning; Kubernetes notices a moment later.
 	out.chapter("5. Kill one memcached without warning (SIGKILL)")
-	after := out.trafficTable("since the kill", load, ss)
+	after := out.trafficTable("since the kill", ss, selectorOnly, withClient)
 	answer, err = control.do("/kill")
 	if err != nil {
 		return err
@@ -211,12 +252,23 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	sum.Kill.Killed.add(killed)
-	sum.Kill.NotReady.add(notReady)
-	sum.Kill.Restarted.add(restarted)
+	for i, k := range []*killCounts{&sum.Kill.Selector, &sum.Kill.Client} {
+		k.Killed.add(killed[i])
+		k.NotReady.add(notReady[i])
+		k.Restarted.add(restarted[i])
+	}
 	sum.Kill.ServersAfter = len(ss.Servers())
-	out.say("Requests for the dead pod's keys failed until Kubernetes marked it NotReady; then the ring")
-	out.say("dropped it, and its keys went to the other pods until it came back, empty.")
+	out.say("With selector only, requests for the dead pod's keys failed until Kubernetes marked it")
+	out.say("NotReady; then the ring dropped it, and its keys went to the other pods until it came back, empty.")
+	if cl := sum.Kill.Client; cl.Killed.Errors+cl.NotReady.Errors+cl.Restarted.Errors == 0 {
+		out.say("selector.Client took the pod out at its first refused connection and sent the request on to")
+		out.say("the next pod along the ring: no request failed. Once the pod was back, it read the keys that")
+		out.say("missed there at the pods that had served them meanwhile.")
+	} else {
+		out.say("selector.Client took the pod out at its first refused connection and sent its keys to the")
+		out.say("next pod along the ring; %s requests failed even so (the log file has samples).",
+			count(cl.Killed.Errors+cl.NotReady.Errors+cl.Restarted.Errors))
+	}
 
 	// 6. What it all comes to.
 	out.chapter("6. Summary")
