@@ -43,6 +43,7 @@ type Client struct {
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
+	logged  int                // keys in all the servers' invalidations
 	changed chan struct{}      // a change of members or health to apply
 
 	ctx    context.Context // ends on Close
@@ -106,6 +107,7 @@ func (c *Client) Close() error {
 			s.retire()
 		}
 		c.mu.Unlock()
+		c.list.unsubscribe(c.changed)
 		if c.ownList {
 			c.list.Close()
 		}
@@ -172,6 +174,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 			s.left = now
 			s.retire()
 		case now.Sub(s.left) >= c.cfg.departedKeep:
+			c.setLog(s, invalidations{})
 			delete(c.servers, a)
 		default:
 			next = min(next, c.cfg.departedKeep-now.Sub(s.left))
@@ -207,7 +210,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	for _, p := range dropped {
 		for _, s := range p.srv {
 			if s.status() == gone && !rt.inPast(s) {
-				s.log = invalidations{overflowed: true}
+				c.setLog(s, invalidations{overflowed: true})
 			}
 		}
 	}

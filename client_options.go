@@ -21,6 +21,7 @@ type clientOptions struct {
 	handoffTTL        time.Duration // the expiration of a value copied by a handoff
 	maxPast           int           // past rings kept for handoff
 	maxInvalidations  int           // keys a server's invalidation log holds
+	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered
 }
 
@@ -35,6 +36,7 @@ func defaultClientOptions() clientOptions {
 		handoffTTL:        5 * time.Minute,
 		maxPast:           4,
 		maxInvalidations:  10000,
+		maxLogged:         100000,
 		departedKeep:      time.Hour,
 	}
 }

@@ -396,32 +396,45 @@ func TestMaxDown(t *testing.T) {
 }
 
 // TestInvalidationsOverflow writes more keys of a server that is out than
-// its invalidation log holds: it is flushed before it is used again.
+// its invalidation log holds, or than all logs hold: it is flushed before it
+// is used again.
 func TestInvalidationsOverflow(t *testing.T) {
-	ms := startMemcached(t, 2)
-	c, ss := newTestClient(t, addrsOf(ms))
-	c.cfg.maxInvalidations = 5
-	keys := keysOf(t, ss, ms[0].addr, 10)
-	require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: "other", Value: []byte("stale?")}))
-	for _, k := range keys {
-		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
-	}
-	ms[0].signal(syscall.SIGSTOP)
-	for stateOf(c, ms[0].addr).State == "up" {
-		c.Get(keys[0])
-	}
-	for _, k := range keys {
-		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
-	}
-	require.True(t, stateOf(c, ms[0].addr).Flush)
-	ms[0].signal(syscall.SIGCONT)
-	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
-	_, err := direct(ms[0].addr).Get("other")
-	require.ErrorIs(t, err, memcache.ErrCacheMiss, "not flushed")
-	for _, k := range keys {
-		it, err := c.Get(k)
-		require.NoError(t, err)
-		require.Equal(t, "new", string(it.Value))
+	for _, tc := range []struct {
+		name             string
+		perServer, total int
+	}{
+		{"past the server's bound", 5, 1000},
+		{"past the bound of all servers", 1000, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := startMemcached(t, 2)
+			c, ss := newTestClient(t, addrsOf(ms))
+			c.mu.Lock()
+			c.cfg.maxInvalidations, c.cfg.maxLogged = tc.perServer, tc.total
+			c.mu.Unlock()
+			keys := keysOf(t, ss, ms[0].addr, 10)
+			require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: "other", Value: []byte("stale?")}))
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+			}
+			ms[0].signal(syscall.SIGSTOP)
+			for stateOf(c, ms[0].addr).State == "up" {
+				c.Get(keys[0])
+			}
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+			}
+			require.True(t, stateOf(c, ms[0].addr).Flush)
+			ms[0].signal(syscall.SIGCONT)
+			eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+			_, err := direct(ms[0].addr).Get("other")
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "not flushed")
+			for _, k := range keys {
+				it, err := c.Get(k)
+				require.NoError(t, err)
+				require.Equal(t, "new", string(it.Value))
+			}
+		})
 	}
 }
 

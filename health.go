@@ -135,7 +135,7 @@ func (c *Client) recover(s *server) bool {
 	for {
 		c.mu.Lock()
 		log := s.log
-		s.log = invalidations{}
+		c.setLog(s, invalidations{})
 		if restarted || len(log.keys) == 0 && !log.overflowed {
 			s.state.Store(int32(up))
 			s.maxCAS.Store(0)
@@ -148,9 +148,11 @@ func (c *Client) recover(s *server) bool {
 		if err := c.replay(s, log); err != nil {
 			c.mu.Lock()
 			for k := range log.keys {
-				s.log.add(k, c.cfg.maxInvalidations)
+				c.remember(s, k)
 			}
-			s.log.overflowed = s.log.overflowed || log.overflowed
+			if log.overflowed {
+				c.setLog(s, invalidations{overflowed: true})
+			}
 			s.state.Store(int32(down))
 			c.mu.Unlock()
 			c.log.Warn("server answered, but replaying its invalidations failed: it stays out", keyServer, s.addr.str, keyError, err)
@@ -183,7 +185,7 @@ func (c *Client) invalidate(s *server, key string) bool {
 	c.mu.Lock()
 	st := s.status()
 	if st != up && (st != gone || s.lost.Load()) {
-		s.log.add(key, c.cfg.maxInvalidations)
+		c.remember(s, key)
 		c.mu.Unlock()
 		return true
 	}
@@ -191,7 +193,7 @@ func (c *Client) invalidate(s *server, key string) bool {
 	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
 	if f := failureOf(err); f != healthy {
 		c.mu.Lock()
-		s.log.add(key, c.cfg.maxInvalidations)
+		c.remember(s, key)
 		if st == gone {
 			s.lost.Store(true)
 		}
@@ -199,6 +201,25 @@ func (c *Client) invalidate(s *server, key string) bool {
 		return true
 	}
 	return err == nil
+}
+
+// remember adds key to s's invalidations. Past cfg.maxInvalidations keys
+// for s, or cfg.maxLogged for all servers, s's log overflows instead: s is
+// flushed before it is used again. Called with c.mu held.
+func (c *Client) remember(s *server, key string) {
+	if c.logged >= c.cfg.maxLogged {
+		c.setLog(s, invalidations{overflowed: true})
+		return
+	}
+	n := len(s.log.keys)
+	s.log.add(key, c.cfg.maxInvalidations)
+	c.logged += len(s.log.keys) - n
+}
+
+// setLog makes l the invalidations of s. Called with c.mu held.
+func (c *Client) setLog(s *server, l invalidations) {
+	c.logged += len(l.keys) - len(s.log.keys)
+	s.log = l
 }
 
 // invalidated reports whether key is in s's invalidations, so that a value

@@ -296,7 +296,7 @@ func (c *Client) FlushAll() error {
 	if rt := c.rt.Load(); rt != nil {
 		for _, s := range rt.baseSrv {
 			if s.status() != up {
-				s.log = invalidations{overflowed: true}
+				c.setLog(s, invalidations{overflowed: true})
 			}
 		}
 	}

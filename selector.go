@@ -252,6 +252,13 @@ func (ss *ServerList) subscribe(c chan<- struct{}) {
 	ss.subs = append(ss.subs, c)
 }
 
+// unsubscribe undoes subscribe(c).
+func (ss *ServerList) unsubscribe(c chan<- struct{}) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.subs = slices.DeleteFunc(ss.subs, func(s chan<- struct{}) bool { return s == c })
+}
+
 func (ss *ServerList) pointsPerServer() int {
 	if ss.points > 0 {
 		return ss.points
