@@ -484,3 +484,39 @@ func TestHandoffFromDraining(t *testing.T) {
 		require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s read from a server that no longer serves", k)
 	}
 }
+
+// TestHandoffMemory measures what the handoff costs at 1000 servers: the
+// past rings a Client keeps after a run of changes (no connection is made:
+// the servers are never asked). Its bound is maxPast rings of the size of
+// the members' own.
+func TestHandoffMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 1000-server rings")
+	}
+	const n = 1000
+	addrs := benchAddrs(n + 8)
+	var c *Client
+	var ss ServerList
+	require.NoError(t, ss.SetServers(addrs[:n]...))
+	one := retainedBytes(func() any {
+		var s ServerList
+		require.NoError(t, s.SetServers(addrs[:n]...))
+		return &s
+	})
+	all := retainedBytes(func() any {
+		var err error
+		c, err = NewClientFromList(&ss, WithSlog(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		for i := 1; i <= 6; i++ { // one pod replaced a step
+			require.NoError(t, ss.SetServers(addrs[i:n+i]...))
+			eventually(t, "the client to see the change", func() bool { return c.rt.Load().base == ss.ring.Load() })
+		}
+		return c
+	})
+	defer c.Close()
+	past := len(c.rt.Load().past)
+	require.Equal(t, c.cfg.maxPast, past)
+	t.Logf("handoff at %d servers: %d past rings, %.1f MB over the ring's own %.1f MB (%.1f MB a past ring)",
+		n, past, float64(all)/1e6, float64(one)/1e6, float64(all)/1e6/float64(past))
+	require.Less(t, float64(all), float64(past+1)*float64(one)*1.25, "the Client holds more than its past rings")
+}
