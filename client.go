@@ -145,7 +145,13 @@ func (c *Client) run() {
 // or a departed server expires.
 func (c *Client) refresh(now time.Time) time.Duration {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var returned []string
+	defer func() {
+		c.mu.Unlock()
+		for _, a := range returned { // logged without the lock, which a Logger may want
+			c.log.Info("server returned; it is used once its invalidations are replayed", keyServer, a)
+		}
+	}()
 	base := c.list.ring.Load()
 	member := map[*server]bool{}
 	if base != nil {
@@ -160,7 +166,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 				s.unretire()
 				s.state.Store(int32(down))
 				c.probe(s, 0)
-				c.log.Info("server returned; it is used once its invalidations are replayed", keyServer, s.addr.str)
+				returned = append(returned, s.addr.str)
 			}
 			member[s] = true
 		}

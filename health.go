@@ -41,14 +41,23 @@ func (c *Client) observe(s *server, f failure, err error) {
 // takeOut marks s down for this client, unless it is not up or as many
 // servers are out as cfg.maxDown allows, and starts probing it.
 func (c *Client) takeOut(s *server, err error) {
+	if c.markDown(s) {
+		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
+		c.signal()
+	} else if s.status() == up {
+		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
+	}
+}
+
+// markDown marks s down, as takeOut says, and reports whether it did.
+func (c *Client) markDown(s *server) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.status() != up {
-		return
+		return false
 	}
-	rt := c.rt.Load()
 	out, n := 0, 0
-	if rt != nil {
+	if rt := c.rt.Load(); rt != nil {
 		for _, m := range rt.baseSrv {
 			n++
 			if m.status() != up {
@@ -57,15 +66,13 @@ func (c *Client) takeOut(s *server, err error) {
 		}
 	}
 	if float64(out+1) > c.cfg.maxDown*float64(n) {
-		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
-		return
+		return false
 	}
 	s.state.Store(int32(down))
 	s.timeouts.Store(0)
 	s.mc.Close()
 	c.probe(s, c.cfg.probeMin)
-	c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
-	c.signal()
+	return true
 }
 
 // probe starts probing s, first after delay, unless it is probed already.

@@ -189,11 +189,11 @@ func run(c config) error {
 	defer selectorOnly.stop()
 	withClient := startLoad("selector.Client", client, "client", c.keys, logger)
 	defer withClient.stop()
-	out.say("Traffic all along, on two paths over the same ServerList, each with %s keys of its own:", count(c.keys))
-	out.say("  %-16s memcache.NewFromSelector(ss), as above; its keys are ring/...", "selector only")
-	out.say("  %-16s selector.NewClientFromList(ss): fails over, and hands moved keys off; client/...", "selector.Client")
-	out.say("Each path sends %s requests/s, a Get, and a Set after a miss (cache-aside), and starts", count(selectorOnly.rate()))
-	out.say("warm: it has just written all its keys.")
+	out.say("Traffic all along, through two clients over the same ServerList, each with %s keys of its own:", count(c.keys))
+	out.say("  %-16s memcache.NewFromSelector(ss), as above (keys ring/...)", "selector only")
+	out.say("  %-16s selector.NewClientFromList(ss), with failover and handoff (keys client/...)", "selector.Client")
+	out.say("Each sends %s requests/s, a Get, and a Set after a miss (cache-aside), and starts warm:", count(selectorOnly.rate()))
+	out.say("it has just written all its keys.")
 	out.say("A step: a new pod starts and turns Ready, then the oldest is deleted: it turns Terminating and")
 	out.say("leaves the ring, its memcached serves on through the preStop sleep, stops, and the pod goes.")
 	steps := out.trafficTable("step", ss, selectorOnly, withClient)
@@ -224,7 +224,8 @@ func run(c config) error {
 	}
 	out.say("Each step moves two shares of the keys, to the new pod and off the old one. With selector only")
 	out.say("a moved key misses once, then the Set after the miss writes it back. selector.Client reads a")
-	out.say("key that misses at its new pod where it was, while that pod serves, and copies it over.")
+	out.say("key that misses at its new pod where it was, and copies it over: from the old pod too, during")
+	out.say("its preStop sleep. The keys nobody reads before the old pod stops are lost, and miss once.")
 
 	// 5. A memcached dies without warning; Kubernetes notices a moment later.
 	out.chapter("5. Kill one memcached without warning (SIGKILL)")

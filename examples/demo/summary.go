@@ -67,7 +67,7 @@ func (c *counts) add(w *window) {
 func (s *summary) print(o *output) {
 	r, k := s.Roll, s.Kill
 	killErrors := func(c killCounts) int64 { return c.Killed.Errors + c.NotReady.Errors + c.Restarted.Errors }
-	client := fmt.Sprintf("the same traffic: %s errors after the kill (not %s), hit rate %s during the roll (not %s)",
+	client := fmt.Sprintf("%s errors after the kill (not %s), hit rate %s during the roll (not %s)",
 		count(killErrors(k.Client)), count(killErrors(k.Selector)), percent(r.Client.During.HitRate), percent(r.Selector.During.HitRate))
 	if r.Client.During.Errors > 0 {
 		client += fmt.Sprintf("; %s errors in the roll", count(r.Client.During.Errors))
