@@ -29,7 +29,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 	for i := range pending {
 		pending[i] = i
 	}
-	for attempt := 0; attempt < 3 && len(pending) > 0; attempt++ {
+	for attempt := 0; attempt < 4 && len(pending) > 0; attempt++ {
 		rt := c.rt.Load()
 		var bs []batch
 		for _, i := range pending {
@@ -63,7 +63,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 				}
 			}
 			switch {
-			case f == unreachable || f == broken && attempt == 0:
+			case f == unreachable || f == broken && attempt < 2:
 				for _, i := range b.keys {
 					if items[keys[i]] == nil {
 						pending = append(pending, i)

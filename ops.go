@@ -26,11 +26,14 @@ const (
 )
 
 // do runs op on the server of the key of hash h, with failover (see
-// retry), and returns the server it ran on last.
+// retry), and returns the server it ran on last. A request that could not
+// be sent goes to the key's server then, twice at most; one whose
+// connection broke is sent again twice at most, as a connection that a
+// request in flight puts back after its server died may be broken too.
 func (c *Client) do(h uint64, r retry, op func(*memcache.Client) error) (*server, error) {
 	var err error
 	var s *server
-	for attempt := range 3 {
+	for unsent, brokenConns := 0, 0; ; {
 		if s = c.rt.Load().owner(h); s == nil {
 			if err == nil {
 				err = ErrNoServers
@@ -40,12 +43,16 @@ func (c *Client) do(h uint64, r retry, op func(*memcache.Client) error) (*server
 		err = s.call(op)
 		f := failureOf(err)
 		c.observe(s, f, err)
-		if f == unreachable || f == broken && r == ifIdempotent && attempt == 0 {
+		switch {
+		case f == unreachable && unsent < 2:
+			unsent++
+			continue
+		case f == broken && r == ifIdempotent && brokenConns < 2:
+			brokenConns++
 			continue
 		}
-		break
+		return s, appError(err)
 	}
-	return s, appError(err)
 }
 
 // write runs op, a write or delete of key, on its server, and makes sure that

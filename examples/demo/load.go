@@ -35,7 +35,8 @@ type cache interface {
 // load is steady cache-aside traffic through one path (a client) over the
 // keys prefix/0 ... prefix/n-1: a Get of a random key, and a Set of it
 // after a miss. It counts requests, hits and errors in windows: each
-// request counts in the window current when it started.
+// request counts, once done, in the window current when it started (so
+// that one still running when its window ends does not count as a miss).
 type load struct {
 	name   string // the path, as the tables show it
 	cache  cache
@@ -109,16 +110,18 @@ func (l *load) stop() {
 
 func (l *load) once(key string) {
 	w := l.cur.Load()
-	w.reqs.Add(1)
 	_, err := l.cache.Get(key)
 	if err == nil {
 		w.hits.Add(1)
+		w.reqs.Add(1)
 		return
 	}
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		if err = l.cache.Set(&memcache.Item{Key: key, Value: []byte("value")}); err == nil {
-			return
-		}
+		err = l.cache.Set(&memcache.Item{Key: key, Value: []byte("value")})
+	}
+	w.reqs.Add(1)
+	if err == nil {
+		return
 	}
 	w.errs.Add(1)
 	if isRoutingError(err) {

@@ -219,8 +219,8 @@ func run(c config) error {
 	if roll := sum.Roll; roll.Selector.During.Errors == 0 && roll.Client.During.Errors == 0 {
 		out.say("No request failed: a pod leaves the ring as soon as it turns Terminating, before memcached stops.")
 	} else {
-		out.say("%s requests failed with selector only, %s with selector.Client; the log file has samples.",
-			count(roll.Selector.During.Errors), count(roll.Client.During.Errors))
+		out.say("%s with selector only, %s with selector.Client; the log file has samples.",
+			plural(roll.Selector.During.Errors, "request", "failed"), count(roll.Client.During.Errors))
 	}
 	out.say("Each step moves two shares of the keys, to the new pod and off the old one. With selector only")
 	out.say("a moved key misses once, then the Set after the miss writes it back. selector.Client reads a")
@@ -267,8 +267,8 @@ func run(c config) error {
 		out.say("missed there at the pods that had served them meanwhile.")
 	} else {
 		out.say("selector.Client took the pod out at its first refused connection and sent its keys to the")
-		out.say("next pod along the ring; %s requests failed even so (the log file has samples).",
-			count(cl.Killed.Errors+cl.NotReady.Errors+cl.Restarted.Errors))
+		out.say("next pod along the ring; %s even so (the log file has samples).",
+			plural(cl.Killed.Errors+cl.NotReady.Errors+cl.Restarted.Errors, "request", "failed"))
 	}
 
 	// 6. What it all comes to.

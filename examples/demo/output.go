@@ -179,6 +179,16 @@ func count[T int | int64](n T) string {
 	return s
 }
 
+// plural formats n things, and a verb after them if there is one: 1 error,
+// 2 errors, 1 request failed.
+func plural(n int64, thing, verb string) string {
+	s := count(n) + " " + thing
+	if n != 1 {
+		s += "s"
+	}
+	return strings.TrimSpace(s + " " + verb)
+}
+
 func percent(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }

@@ -67,10 +67,10 @@ func (c *counts) add(w *window) {
 func (s *summary) print(o *output) {
 	r, k := s.Roll, s.Kill
 	killErrors := func(c killCounts) int64 { return c.Killed.Errors + c.NotReady.Errors + c.Restarted.Errors }
-	client := fmt.Sprintf("%s errors after the kill (not %s), hit rate %s during the roll (not %s)",
-		count(killErrors(k.Client)), count(killErrors(k.Selector)), percent(r.Client.During.HitRate), percent(r.Selector.During.HitRate))
+	client := fmt.Sprintf("%s after the kill (not %s), hit rate %s during the roll (not %s)",
+		plural(killErrors(k.Client), "error", ""), count(killErrors(k.Selector)), percent(r.Client.During.HitRate), percent(r.Selector.During.HitRate))
 	if r.Client.During.Errors > 0 {
-		client += fmt.Sprintf("; %s errors in the roll", count(r.Client.During.Errors))
+		client += fmt.Sprintf("; %s in the roll", plural(r.Client.During.Errors, "error", ""))
 	}
 	lines := [][2]string{
 		{"discovery", fmt.Sprintf("%d servers at the start, %d after the scale-up", s.ServersDiscovered, s.ServersAfterScale)},
