@@ -115,10 +115,12 @@ func BenchmarkPickServerParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkRebuild measures a change of servers: newRing alone, and the
-// whole SetServers (parse, canonicalize, build, publish), alternating between
-// two sets that differ in one server so that every call rebuilds. It also
-// reports snapshot-B, the heap a ServerList holds after SetServers.
+// BenchmarkRebuild measures a change of servers: newRing alone, from
+// scratch; the update of a ring to a set with one server replaced (with,
+// built from the ring before); and the whole SetServers (parse,
+// canonicalize, build, publish), alternating between two sets that differ
+// in one server so that every call updates. It also reports snapshot-B, the
+// heap a ServerList holds after SetServers.
 func BenchmarkRebuild(b *testing.B) {
 	for _, n := range []int{10, 100, 1000, 10000} {
 		addrs := benchAddrs(n + 1)
@@ -144,9 +146,30 @@ func BenchmarkRebuild(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("members=%d/op=update", n), func(b *testing.B) {
+			var ms [2][]member
+			for i, set := range sets {
+				for _, a := range set {
+					ms[i] = append(ms[i], member{id: a, addr: &staticAddr{network: "tcp", str: a}})
+				}
+				ms[i] = canonical(ms[i])
+			}
+			from := newRing(ms[0], DefaultPointsPerServer)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if from.with(ms[1], DefaultPointsPerServer) == nil {
+					b.Fatal("nil ring")
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("members=%d/op=SetServers", n), func(b *testing.B) {
 			ss := new(ServerList)
+			if err := ss.SetServers(sets[1]...); err != nil { // so that the first call updates too
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := ss.SetServers(sets[i%2]...); err != nil {
 					b.Fatal(err)

@@ -164,7 +164,7 @@ func sortedTable(ms []member, points int) slotTable {
 	return newSlotTable(own, succ, len(ms))
 }
 
-func fill(s []uint16, v uint16) {
+func fill[T uint8 | uint16](s []T, v T) {
 	for i := range s {
 		s[i] = v
 	}
@@ -323,9 +323,12 @@ func newSlotTable(owners, succs []uint16, n int) slotTable {
 	default:
 		t.owners16 = owners
 	}
-	t.succ = newPacked(succs, max(8, (bits.Len(uint(n-1))+3)/4*4))
+	t.succ = newPacked(succs, succBits(n))
 	return t
 }
+
+// succBits returns the bits a successor takes in a table of n members.
+func succBits(n int) int { return max(8, (bits.Len(uint(n-1))+3)/4*4) }
 
 // owner returns the owner of slot s.
 func (t *slotTable) owner(s uint64) uint32 {

@@ -191,7 +191,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	case sameIDs:
 		r = old.withMembers(ms)
 	default:
-		r = newRing(ms, ss.pointsPerServer())
+		r = old.with(ms, ss.pointsPerServer())
 	}
 	ss.ring.Store(r)
 	ss.tell()
