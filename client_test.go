@@ -236,9 +236,15 @@ func TestNoStaleReadAfterReturn(t *testing.T) {
 		} else {
 			require.ErrorIs(t, err, memcache.ErrCacheMiss, k)
 		}
-		// And from the server itself, which holds the key again.
+		// The key is at its server again, and nowhere else: a copy left
+		// where it was written meanwhile would be read if the server went
+		// out again.
 		a, _ := ss.PickServer(k)
 		require.Equal(t, ms[0].addr, a.String())
+		for _, m := range ms[1:] {
+			_, err := direct(m.addr).Get(k)
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s left at %s", k, m)
+		}
 	}
 }
 
@@ -519,4 +525,32 @@ func TestHandoffMemory(t *testing.T) {
 	t.Logf("handoff at %d servers: %d past rings, %.1f MB over the ring's own %.1f MB (%.1f MB a past ring)",
 		n, past, float64(all)/1e6, float64(one)/1e6, float64(all)/1e6/float64(past))
 	require.Less(t, float64(all), float64(past+1)*float64(one)*1.25, "the Client holds more than its past rings")
+}
+
+// TestDeleteDuringHandoff deletes moved keys while Gets hand them off: a
+// Get's copy must never bring a deleted value back.
+func TestDeleteDuringHandoff(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]))
+	var keys []string
+	for i := range 600 {
+		keys = append(keys, fmt.Sprint("d", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	back := 0
+	for _, k := range keys {
+		if a, _ := ss.PickServer(k); a.String() != ms[2].addr {
+			continue
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { c.Get(k) })
+		wg.Go(func() { require.NoError(t, c.Delete(k)) })
+		wg.Wait()
+		if _, err := c.Get(k); err == nil {
+			back++
+		}
+	}
+	require.Zero(t, back, "deleted keys read back")
 }

@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cespare/xxhash/v2"
 )
 
 // keyServer is the attribute of a server's address in the Client's records.
@@ -168,18 +170,65 @@ func (c *Client) recover(s *server) bool {
 	}
 }
 
-// replay deletes log's keys at s, or flushes s if log overflowed.
+// replay deletes log's keys at s, or flushes s if log overflowed. Each key
+// was written or deleted at the server that stood in for s: a value found
+// there is moved back to s (see moveBack), so that no copy is left there to
+// be read if s goes out again. Past the bound the copies stay, and can
+// serve an old value if s fails again before they expire.
 func (c *Client) replay(s *server, log invalidations) error {
 	if log.overflowed {
 		return s.call(func(mc *memcache.Client) error { return mc.FlushAll() })
 	}
+	keys := make(chan string)
+	errs := make(chan error, replayWorkers)
+	var wg sync.WaitGroup
+	for range replayWorkers {
+		wg.Go(func() {
+			var first error
+			for k := range keys {
+				if first != nil {
+					continue
+				}
+				err := s.call(func(mc *memcache.Client) error { return mc.Delete(k) })
+				if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+					first = err
+					continue
+				}
+				c.moveBack(s, k)
+			}
+			errs <- first
+		})
+	}
 	for k := range log.keys {
-		err := s.call(func(mc *memcache.Client) error { return mc.Delete(k) })
-		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+		keys <- k
+	}
+	close(keys)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// replayWorkers is how many keys replay handles at once.
+const replayWorkers = 8
+
+// moveBack moves key, which s owns again, from the server that has it
+// while s is out, as a handoff would (see copyTo).
+func (c *Client) moveBack(s *server, key string) {
+	h := xxhash.Sum64String(key)
+	rt := c.rt.Load()
+	t := rt.owner(h)
+	if t == nil || t == s || rt.baseOwner(h) != s {
+		return
+	}
+	var it *memcache.Item
+	if t.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return }) == nil {
+		c.copyTo(s, t, it, c.handoffTTL())
+	}
 }
 
 // invalidate makes sure that s, which did not get a write or delete of key

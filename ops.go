@@ -125,11 +125,23 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 }
 
 // copyTo adds it, read from p, to s, deletes it at p, and returns s's copy,
-// or it if s's cannot be read.
+// or it if s's cannot be read. If p's value changed or went after it was
+// read, a write or delete raced with the copy, which could have put an old
+// value back after a delete at s: the copy is deleted again (a miss later
+// is safe, a stale value is not). Delete deletes where a key was before it
+// deletes at its server, so that this check sees it.
 func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.Item {
 	cp := *it
 	cp.Expiration = exp
 	err := s.call(func(mc *memcache.Client) error { return mc.Add(&cp) })
+	if err == nil {
+		var now *memcache.Item
+		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
+		if perr != nil || now.CasID != it.CasID {
+			s.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+			return it
+		}
+	}
 	p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
 	if err == nil || errors.Is(err, memcache.ErrNotStored) {
 		var got *memcache.Item
@@ -231,11 +243,26 @@ func (c *Client) CompareAndSwap(item *memcache.Item) error {
 }
 
 // Delete deletes key, as memcache.Client.Delete, also where it was before a
-// recent change of ring, and at its server if that is out for this client
+// recent change of ring (first, so that a handoff copying it sees the
+// delete; see copyTo), and at its server if that is out for this client
 // (when it returns); so it returns ErrCacheMiss only if key was found
 // nowhere it can be.
 func (c *Client) Delete(key string) error {
-	deleted, err := c.write(key, ifIdempotent, func(mc *memcache.Client) error { return mc.Delete(key) })
+	if !legalKey(key) {
+		return memcache.ErrMalformedKey
+	}
+	h := xxhash.Sum64String(key)
+	deleted := false
+	if rt := c.rt.Load(); len(rt.past) > 0 {
+		var buf [4]*server
+		for _, p := range rt.previous(h, rt.owner(h), time.Now(), buf[:0]) {
+			deleted = c.invalidate(p, key) || deleted
+		}
+	}
+	s, err := c.do(h, ifIdempotent, func(mc *memcache.Client) error { return mc.Delete(key) })
+	if s != nil && c.afterWrite(h, key, s) {
+		deleted = true
+	}
 	if deleted && errors.Is(err, memcache.ErrCacheMiss) {
 		return nil
 	}

@@ -51,7 +51,11 @@ func newRouting(in routingInput) (rt *routing, dropped []past) {
 		case len(ms) == len(in.base.members):
 			rt.live, rt.liveSrv = in.base, rt.baseSrv
 		case len(ms) > 0:
-			rt.live = newRing(ms, in.base.points)
+			if in.old != nil && in.old.live != nil {
+				rt.live = in.old.live.with(ms, in.base.points) // a few servers out: a small change
+			} else {
+				rt.live = newRing(ms, in.base.points)
+			}
 			rt.liveSrv = make([]*server, len(ms))
 			for i, m := range ms {
 				rt.liveSrv[i] = in.server(m.addr)
