@@ -95,9 +95,9 @@ bench-deps:
 	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; } || \
 		echo "bench-deps: apt-get install $${missing[*]} failed; the report will say what was not measured"
 
-# make bench-e2e: the convergence, rolling-restart and scale figures of the e2e suite
+# make bench-e2e: the convergence, rolling-restart, scale and Client figures of the e2e suite
 # on the real control plane, then make bench, whose report includes them.
 bench-e2e:
 	rm -f bench-e2e.md
-	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientSockets)$$' -e2e.report $(CURDIR)/bench-e2e.md
 	$(MAKE) bench

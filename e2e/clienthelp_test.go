@@ -93,6 +93,19 @@ func waitState(c *selector.Client, addr, want string, since time.Time, timeout t
 	}
 }
 
+// waitStates waits, for every client at once, until addr is in state want,
+// and returns the times from since to when each was seen so.
+func waitStates(cs []*selector.Client, addr, want string, since time.Time, timeout time.Duration) ([]time.Duration, error) {
+	ds := make([]time.Duration, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { ds[i], errs[i] = waitState(c, addr, want, since, timeout) })
+	}
+	wg.Wait()
+	return ds, errors.Join(errs...)
+}
+
 // Versioned cache-aside traffic: the mix of operations, and its bounds.
 const (
 	vDeleteShare    = 0.05 // Delete: the application invalidates a key
@@ -197,7 +210,9 @@ func newVTraffic(name string, c cache, keys, workers int, interval time.Duration
 
 func (tr *vtraffic) key(i int) string { return tr.name + "-" + strconv.Itoa(i) }
 
-func (tr *vtraffic) value(i int, v int64) []byte { return []byte(tr.key(i) + ":" + strconv.FormatInt(v, 10)) }
+func (tr *vtraffic) value(i int, v int64) []byte {
+	return []byte(tr.key(i) + ":" + strconv.FormatInt(v, 10))
+}
 
 // phase starts a new phase and returns the counters of the one that ended.
 func (tr *vtraffic) phase() *vcounters { return tr.cur.Swap(&vcounters{}) }

@@ -113,5 +113,10 @@ fi
 # The suite's verdict ends the output, counted from go test's own lines.
 rc=0
 netns "${run[@]}" "$@" 2>&1 | tee .bin/e2e.log || rc=$?
-echo "e2e: $(grep -c '^--- PASS' .bin/e2e.log || true) passed, $(grep -c '^--- FAIL' .bin/e2e.log || true) failed"
+# A failure's line can follow other output on the same line (a test's
+# goroutine still logging), so FAIL is counted anywhere; a failing run
+# never says "0 failed".
+failed=$(grep -c -- '--- FAIL' .bin/e2e.log || true)
+if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then failed="the test binary exited $rc: 1 or more"; fi
+echo "e2e: $(grep -c '^--- PASS' .bin/e2e.log || true) passed, $failed failed"
 exit "$rc"
