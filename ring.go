@@ -14,10 +14,11 @@ import (
 // when WithPointsPerServer is not used. It is part of the key mapping: every
 // process that shares a cache must use the same value.
 //
-// The busiest member's share of the key space exceeds the mean by about 4%
-// at 10 members and 5-9% at 100 to 1000 (see BENCHMARKS.md); more points
-// balance better and rebuild more slowly.
-const DefaultPointsPerServer = 2500
+// The busiest member's share of the key space exceeds the mean by about 3%
+// at 10 members, 4% at 100 and 8-9% at 1000 (see BENCHMARKS.md); more points
+// balance better, and rebuild and update more slowly (3000 rather than 2500
+// brought 1000 members under 1.10).
+const DefaultPointsPerServer = 3000
 
 // member is one server on the ring. id decides where its points go; addr is
 // where its connections go. They differ for StatefulSet pods, whose id (the

@@ -416,7 +416,7 @@ func TestTooManyServers(t *testing.T) {
 		ms[i] = member{id: strconv.Itoa(i), addr: &staticAddr{network: "tcp", str: strconv.Itoa(i)}}
 	}
 	_, _, err := ss.update(ms)
-	require.ErrorContains(t, err, "10001 servers, more than a ring of 2500 points a server takes (10000)")
+	require.ErrorContains(t, err, "10001 servers, more than a ring of 3000 points a server takes (10000)")
 	require.Equal(t, []string{"10.0.0.1:11211"}, addrStrings(ss.Servers()))
 
 	big := ServerList{points: maxPoints}
