@@ -40,6 +40,7 @@ type Client struct {
 	cfg     clientOptions
 	log     *slog.Logger
 	rt      atomic.Pointer[routing]
+	pool    *pooled // a replicated or zoned pool's groups, or nil
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
@@ -66,7 +67,12 @@ func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error)
 		return nil, fmt.Errorf("selector: %w", err)
 	}
 	t, _ := parseTarget(addr, o.getenv, o.saDir) // parsed above
-	return newClientOf(ss, true, o.client, newLog(o.log, t)), nil
+	c := newClientOf(ss, true, o.client, newLog(o.log, t))
+	if err := c.withPool(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	return c, nil
 }
 
 // NewClientFromList returns a Client for the servers of ss, which it
@@ -82,7 +88,20 @@ func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
-	return newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod))), nil
+	c := newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod)))
+	if err := c.withPool(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	return c, nil
+}
+
+// withPool sets up the groups of a replicated or zoned pool.
+func (c *Client) withPool() (err error) {
+	if c.cfg.pool.kind != sharded {
+		c.pool, err = newPooled(c, c.cfg.pool)
+	}
+	return err
 }
 
 func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger) *Client {
@@ -100,6 +119,9 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger) 
 // servers as they were, but nothing follows changes any more.
 func (c *Client) Close() error {
 	if !c.closed.Swap(true) {
+		if c.pool != nil {
+			c.pool.close()
+		}
 		c.cancel()
 		c.wg.Wait()
 		c.mu.Lock()

@@ -23,6 +23,7 @@ type clientOptions struct {
 	maxInvalidations  int           // keys a server's invalidation log holds
 	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered
+	pool              Pool
 }
 
 func defaultClientOptions() clientOptions {

@@ -36,6 +36,7 @@ type endpoint struct {
 	addr          string // ip:port, where its connections go
 	hostname, pod string // its names that can be identities, or ""
 	draining      bool   // terminating but still serving: not a member
+	zone          string // its node's topology.kubernetes.io/zone, as the EndpointSlice controller copies it, or ""
 }
 
 // union returns the members of all slices in one IP family, each under its
@@ -129,7 +130,7 @@ func identify(eps []endpoint) []member {
 		case e.pod != "" && pods[e.pod] == 1:
 			id = e.pod + ":" + port
 		}
-		ms[i] = member{id: id, addr: &staticAddr{network: "tcp", str: e.addr}}
+		ms[i] = member{id: id, addr: &staticAddr{network: "tcp", str: e.addr}, zone: e.zone}
 	}
 	return ms
 }
@@ -137,7 +138,7 @@ func identify(eps []endpoint) []member {
 // equalMembers reports whether a and b have the same ids at the same
 // addresses.
 func equalMembers(a, b []member) bool {
-	return slices.EqualFunc(a, b, func(x, y member) bool { return x.id == y.id && x.addr.str == y.addr.str })
+	return slices.EqualFunc(a, b, func(x, y member) bool { return x.id == y.id && x.addr.str == y.addr.str && x.zone == y.zone })
 }
 
 // pickFamily keeps the endpoints of one IP family: the one asked for, or
@@ -217,8 +218,12 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, 
 		if e.Hostname != nil {
 			hostname = *e.Hostname
 		}
+		zone := e.Zone
 		if e, ok := newEndpoint(e.Addresses[0], p, hostname, podName(e.TargetRef)); ok {
 			e.draining = drains
+			if zone != nil {
+				e.zone = *zone
+			}
 			eps = append(eps, e)
 		}
 	}
@@ -351,6 +356,7 @@ type endpointSlice struct {
 		} `json:"conditions"`
 		Hostname  *string    `json:"hostname"`
 		TargetRef *objectRef `json:"targetRef"`
+		Zone      *string    `json:"zone"`
 	}, limit1000] `json:"endpoints"`
 	Ports bounded[port, limit100] `json:"ports"`
 }

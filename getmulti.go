@@ -14,6 +14,9 @@ import (
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
 func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
+	if c.pool != nil {
+		return c.pool.getMulti(keys)
+	}
 	hashes := make([]uint64, len(keys))
 	for i, k := range keys {
 		if !legalKey(k) {

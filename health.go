@@ -270,12 +270,36 @@ func (c *Client) remember(s *server, key string) {
 	n := len(s.log.keys)
 	s.log.add(key, c.cfg.maxInvalidations)
 	c.logged += len(s.log.keys) - n
+	s.pending.Store(true)
 }
 
 // setLog makes l the invalidations of s. Called with c.mu held.
 func (c *Client) setLog(s *server, l invalidations) {
 	c.logged += len(l.keys) - len(s.log.keys)
 	s.log = l
+	s.pending.Store(len(l.keys) > 0 || l.overflowed)
+}
+
+// suspect reports whether a value of key that s just returned must not be
+// used: s is routed to, but a delete of key there failed (see invalidate),
+// so it is in s's invalidations. The delete is tried again; the value is
+// not used either way.
+func (c *Client) suspect(s *server, key string) bool {
+	if !s.pending.Load() || !c.invalidated(s, key) {
+		return false
+	}
+	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	if err == nil || errors.Is(err, memcache.ErrCacheMiss) {
+		c.mu.Lock()
+		if !s.log.overflowed {
+			n := len(s.log.keys)
+			delete(s.log.keys, key)
+			c.logged -= n - len(s.log.keys)
+			s.pending.Store(len(s.log.keys) > 0)
+		}
+		c.mu.Unlock()
+	}
+	return true
 }
 
 // invalidated reports whether key is in s's invalidations, so that a value

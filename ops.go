@@ -64,13 +64,12 @@ func (c *Client) write(key string, r retry, op func(*memcache.Client) error) (bo
 	}
 	h := xxhash.Sum64String(key)
 	s, err := c.do(h, r, op)
-	if s == nil {
-		return false, err
-	}
+	// Even with no server to write to (all out), the key's server must
+	// forget it.
 	return c.afterWrite(h, key, s), err
 }
 
-// afterWrite deletes key, just written to or deleted at s, where an old
+// afterWrite deletes key, just written to or deleted at s (nil if none), where an old
 // value of it could otherwise be read later: at its member owner if that is
 // out for this client (replayed when it returns), and where it was before a
 // recent change of ring (a handoff's source). It reports whether it deleted
@@ -169,12 +168,18 @@ func (c *Client) handoffTTL() int32 { return int32(c.cfg.handoffTTL / time.Secon
 // Get gets the item for key, as memcache.Client.Get. It fails over, and a
 // miss at a key that moved is handed off (see Client).
 func (c *Client) Get(key string) (*memcache.Item, error) {
+	if c.pool != nil {
+		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.Get(key) })
+	}
 	return c.get(key, c.handoffTTL(), func(mc *memcache.Client) (*memcache.Item, error) { return mc.Get(key) })
 }
 
 // GetAndTouch gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
 func (c *Client) GetAndTouch(key string, expiration int32) (*memcache.Item, error) {
+	if c.pool != nil {
+		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetAndTouch(key, expiration) })
+	}
 	return c.get(key, expiration, func(mc *memcache.Client) (*memcache.Item, error) { return mc.GetAndTouch(key, expiration) })
 }
 
@@ -185,6 +190,9 @@ func (c *Client) get(key string, exp int32, get func(*memcache.Client) (*memcach
 	h := xxhash.Sum64String(key)
 	var it *memcache.Item
 	s, err := c.do(h, ifIdempotent, func(mc *memcache.Client) (err error) { it, err = get(mc); return })
+	if err == nil && c.suspect(s, key) {
+		err = memcache.ErrCacheMiss
+	}
 	switch {
 	case err == nil:
 		s.seenCAS(it.CasID)
@@ -197,6 +205,9 @@ func (c *Client) get(key string, exp int32, get func(*memcache.Client) (*memcach
 
 // Touch sets the expiration of key, as memcache.Client.Touch, at its server.
 func (c *Client) Touch(key string, seconds int32) error {
+	if c.pool != nil {
+		return c.pool.all(key, func(g *Client) error { return g.Touch(key, seconds) })
+	}
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
@@ -207,18 +218,27 @@ func (c *Client) Touch(key string, seconds int32) error {
 // Set writes item, as memcache.Client.Set. It is retried when its server
 // fails (see retry).
 func (c *Client) Set(item *memcache.Item) error {
+	if c.pool != nil {
+		return c.pool.all(item.Key, func(g *Client) error { return g.Set(item) })
+	}
 	_, err := c.write(item.Key, ifIdempotent, func(mc *memcache.Client) error { return mc.Set(item) })
 	return err
 }
 
 // Add writes item if its key holds no value, as memcache.Client.Add.
 func (c *Client) Add(item *memcache.Item) error {
+	if c.pool != nil {
+		return c.pool.primary(item.Key, func(g *Client) error { return g.Add(item) }, func(g *Client) error { return g.Set(item) })
+	}
 	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.Add(item) })
 	return err
 }
 
 // Replace writes item if its key holds a value, as memcache.Client.Replace.
 func (c *Client) Replace(item *memcache.Item) error {
+	if c.pool != nil {
+		return c.pool.primary(item.Key, func(g *Client) error { return g.Replace(item) }, func(g *Client) error { return g.Set(item) })
+	}
 	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.Replace(item) })
 	return err
 }
@@ -226,18 +246,27 @@ func (c *Client) Replace(item *memcache.Item) error {
 // Append appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
 func (c *Client) Append(item *memcache.Item) error {
+	if c.pool != nil {
+		return c.pool.primary(item.Key, func(g *Client) error { return g.Append(item) }, func(g *Client) error { return g.Delete(item.Key) })
+	}
 	return c.change(item.Key, func(mc *memcache.Client) error { return mc.Append(item) })
 }
 
 // Prepend prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
 func (c *Client) Prepend(item *memcache.Item) error {
+	if c.pool != nil {
+		return c.pool.primary(item.Key, func(g *Client) error { return g.Prepend(item) }, func(g *Client) error { return g.Delete(item.Key) })
+	}
 	return c.change(item.Key, func(mc *memcache.Client) error { return mc.Prepend(item) })
 }
 
 // CompareAndSwap writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
 func (c *Client) CompareAndSwap(item *memcache.Item) error {
+	if c.pool != nil {
+		return ErrPoolCAS
+	}
 	_, err := c.write(item.Key, ifNotSent, func(mc *memcache.Client) error { return mc.CompareAndSwap(item) })
 	return err
 }
@@ -248,6 +277,9 @@ func (c *Client) CompareAndSwap(item *memcache.Item) error {
 // (when it returns); so it returns ErrCacheMiss only if key was found
 // nowhere it can be.
 func (c *Client) Delete(key string) error {
+	if c.pool != nil {
+		return c.pool.all(key, func(g *Client) error { return g.Delete(key) })
+	}
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
@@ -272,6 +304,9 @@ func (c *Client) Delete(key string) error {
 // Increment adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
 func (c *Client) Increment(key string, delta uint64) (uint64, error) {
+	if c.pool != nil {
+		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Increment(key, delta) })
+	}
 	var v uint64
 	err := c.change(key, func(mc *memcache.Client) (err error) { v, err = mc.Increment(key, delta); return })
 	return v, err
@@ -280,6 +315,9 @@ func (c *Client) Increment(key string, delta uint64) (uint64, error) {
 // Decrement subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
 func (c *Client) Decrement(key string, delta uint64) (uint64, error) {
+	if c.pool != nil {
+		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Decrement(key, delta) })
+	}
 	var v uint64
 	err := c.change(key, func(mc *memcache.Client) (err error) { v, err = mc.Decrement(key, delta); return })
 	return v, err
@@ -294,6 +332,7 @@ func (c *Client) change(key string, op func(*memcache.Client) error) error {
 	h := xxhash.Sum64String(key)
 	s, err := c.do(h, ifNotSent, op)
 	if s == nil {
+		c.afterWrite(h, key, nil)
 		return err
 	}
 	if errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored) {
@@ -320,12 +359,18 @@ func (c *Client) each(op func(*memcache.Client) error) error {
 // Ping checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
 func (c *Client) Ping() error {
+	if c.pool != nil {
+		return c.pool.each(func(g *Client) error { return g.Ping() })
+	}
 	return c.each(func(mc *memcache.Client) error { return mc.Ping() })
 }
 
 // FlushAll deletes every item on every server, as memcache.Client.FlushAll.
 // A server out for this client is flushed when it returns.
 func (c *Client) FlushAll() error {
+	if c.pool != nil {
+		return c.pool.each(func(g *Client) error { return g.FlushAll() })
+	}
 	c.mu.Lock()
 	if rt := c.rt.Load(); rt != nil {
 		for _, s := range rt.baseSrv {

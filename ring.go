@@ -26,6 +26,7 @@ const DefaultPointsPerServer = 3000
 type member struct {
 	id   string
 	addr *staticAddr
+	zone string // the endpoint's zone, for pools split by zone (see Pool); not part of the mapping
 }
 
 // staticAddr is a net.Addr whose String and Network are precomputed: gomemcache

@@ -186,7 +186,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	var r *ring
 	sameIDs := old.sameIDs(ms)
 	switch {
-	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr }):
+	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr && a.zone == b.zone }):
 		return nil, nil, nil
 	case sameIDs:
 		r = old.withMembers(ms)

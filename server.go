@@ -29,6 +29,7 @@ type server struct {
 	retired  atomic.Bool   // left: close its connections once idle
 	lost     atomic.Bool   // left, and no longer serves or failed since: not read or written any more
 	maxCAS   atomic.Uint64 // the highest CAS id a reply carried, to tell a restart
+	pending  atomic.Bool   // its invalidations are not empty: check a value read from it (see Client.suspect)
 
 	// Guarded by Client.mu.
 	log      invalidations

@@ -1,0 +1,182 @@
+package selector
+
+import (
+	"fmt"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// newPoolClient returns a Client of pool p over servers in zones: zones[i]
+// is the zone of ms[i].
+func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool) (*Client, *ServerList) {
+	t.Helper()
+	members, err := staticMembers(addrsOf(ms))
+	require.NoError(t, err)
+	for i := range members {
+		for j, m := range ms {
+			if members[i].addr.str == m.addr {
+				members[i].zone = zones[j]
+			}
+		}
+	}
+	ss := new(ServerList)
+	_, _, err = ss.update(members)
+	require.NoError(t, err)
+	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300*time.Millisecond), WithPool(p))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c, ss
+}
+
+// holders returns how many of ms hold key.
+func holders(ms []*memcached, key string) int {
+	n := 0
+	for _, m := range ms {
+		if _, err := direct(m.addr).Get(key); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplicatedPool: every server holds every key; two of three servers
+// killed, every key is still read, with no error, and writes go on.
+func TestReplicatedPool(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, _ := newPoolClient(t, ms, []string{"", "", ""}, Replicated())
+	var keys []string
+	for i := range 100 {
+		keys = append(keys, fmt.Sprint("r", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v1")}))
+	}
+	for _, k := range keys {
+		require.Equal(t, 3, holders(ms, k), "replicas of %s", k)
+	}
+	ms[0].kill()
+	ms[1].kill()
+	for _, k := range keys {
+		it, err := c.Get(k)
+		require.NoError(t, err, k)
+		require.Equal(t, "v1", string(it.Value))
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")}))
+	}
+	require.NoError(t, c.Delete(keys[0]))
+	_, err := c.Get(keys[0])
+	require.ErrorIs(t, err, memcache.ErrCacheMiss)
+}
+
+// TestReplicatedNoStaleRead: a replica that missed overwrites and deletes
+// while it hung never serves the old values when it returns.
+func TestReplicatedNoStaleRead(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, _ := newPoolClient(t, ms, []string{"", ""}, Replicated())
+	var keys []string
+	for i := range 40 {
+		keys = append(keys, fmt.Sprint("s", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("old")}))
+	}
+	ms[0].signal(syscall.SIGSTOP)
+	for i, k := range keys {
+		if i%2 == 0 {
+			require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}), k)
+		} else {
+			require.NoError(t, c.Delete(k), k)
+		}
+	}
+	ms[0].signal(syscall.SIGCONT)
+	for _, g := range c.pool.view.Load().all {
+		eventually(t, "the replica to be back", func() bool { return stateOf(g.c, ms[0].addr).State != "down" && stateOf(g.c, ms[0].addr).State != "replaying" })
+	}
+	for _, m := range ms { // each replica alone
+		for i, k := range keys {
+			it, err := direct(m.addr).Get(k)
+			if i%2 == 0 && err == nil {
+				require.Equal(t, "new", string(it.Value), "%s at %s", k, m)
+			} else if i%2 == 1 {
+				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s at %s", k, m)
+			}
+		}
+	}
+}
+
+// TestZonedPool: each key on one server in each zone, reads in the
+// client's zone; the zone lost, reads go on from the other with no error;
+// with miss failover, a zone that returns empty warms from the other.
+func TestZonedPool(t *testing.T) {
+	ms := startMemcached(t, 4)
+	zones := []string{"a", "a", "b", "b"}
+	c, _ := newPoolClient(t, ms, zones, ByZone("a").WithMissFailover())
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, fmt.Sprint("z", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte(keys[i])}))
+	}
+	for _, k := range keys {
+		require.Equal(t, 1, holders(ms[:2], k), "copies of %s in zone a", k)
+		require.Equal(t, 1, holders(ms[2:], k), "copies of %s in zone b", k)
+	}
+	// Reads stay in zone a: with zone b stopped, they still take no time.
+	ms[2].signal(syscall.SIGSTOP)
+	ms[3].signal(syscall.SIGSTOP)
+	start := time.Now()
+	for _, k := range keys {
+		_, err := c.Get(k)
+		require.NoError(t, err)
+	}
+	require.Less(t, time.Since(start), 300*time.Millisecond, "reads left the client's zone")
+	ms[2].signal(syscall.SIGCONT)
+	ms[3].signal(syscall.SIGCONT)
+
+	// Zone a restarts empty: every read is served from zone b and
+	// repairs zone a.
+	ms[0].restart()
+	ms[1].restart()
+	for _, k := range keys {
+		it, err := c.Get(k)
+		require.NoError(t, err, k)
+		require.Equal(t, k, string(it.Value))
+	}
+	for _, k := range keys {
+		require.Equal(t, 1, holders(ms[:2], k), "%s not repaired in zone a", k)
+	}
+}
+
+// TestPoolPrimaryOps: Add, Increment and Append decide on the primary group
+// and leave every replica alike; CompareAndSwap is refused.
+func TestPoolPrimaryOps(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, _ := newPoolClient(t, ms, []string{"", "", ""}, Replicated())
+	require.NoError(t, c.Add(&memcache.Item{Key: "n", Value: []byte("10")}))
+	require.ErrorIs(t, c.Add(&memcache.Item{Key: "n", Value: []byte("20")}), memcache.ErrNotStored)
+	v, err := c.Increment("n", 5)
+	require.NoError(t, err)
+	require.EqualValues(t, 15, v)
+	for _, m := range ms {
+		it, err := direct(m.addr).Get("n")
+		require.NoError(t, err)
+		require.Equal(t, "15", string(it.Value), "counter at %s", m)
+	}
+	require.NoError(t, c.Set(&memcache.Item{Key: "s", Value: []byte("a")}))
+	require.NoError(t, c.Append(&memcache.Item{Key: "s", Value: []byte("b")}))
+	for _, m := range ms {
+		if it, err := direct(m.addr).Get("s"); err == nil {
+			require.Equal(t, "ab", string(it.Value), "appended value at %s", m)
+		}
+	}
+	it, err := c.Get("n")
+	require.NoError(t, err)
+	require.ErrorIs(t, c.CompareAndSwap(it), ErrPoolCAS)
+	_, err = c.GetMulti([]string{"n", "s", "none"})
+	require.NoError(t, err)
+}
+
+func TestByZoneNeedsAZone(t *testing.T) {
+	t.Setenv(ZoneEnv, "")
+	_, err := NewClientFromList(new(ServerList), WithPool(ByZone("")))
+	require.ErrorContains(t, err, ZoneEnv+" is not set")
+}
