@@ -90,7 +90,9 @@ func TestReplicatedNoStaleRead(t *testing.T) {
 	}
 	ms[0].signal(syscall.SIGCONT)
 	for _, g := range c.pool.view.Load().all {
-		eventually(t, "the replica to be back", func() bool { return stateOf(g.c, ms[0].addr).State != "down" && stateOf(g.c, ms[0].addr).State != "replaying" })
+		eventually(t, "the replica to be back", func() bool {
+			return stateOf(g.c, ms[0].addr).State != "down" && stateOf(g.c, ms[0].addr).State != "replaying"
+		})
 	}
 	for _, m := range ms { // each replica alone
 		for i, k := range keys {
