@@ -274,6 +274,14 @@ type ServerStats struct {
 
 // Stats returns the state of the Client's servers.
 func (c *Client) Stats() ClientStats {
+	if c.pool != nil { // its groups' servers: the pool's own are not used
+		var st ClientStats
+		for _, g := range c.pool.view.Load().all {
+			st.Servers = append(st.Servers, g.c.Stats().Servers...)
+		}
+		sortStats(st.Servers)
+		return st
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var st ClientStats

@@ -292,7 +292,7 @@ func (c *Client) Delete(key string) error {
 		}
 	}
 	s, err := c.do(h, ifIdempotent, func(mc *memcache.Client) error { return mc.Delete(key) })
-	if s != nil && c.afterWrite(h, key, s) {
+	if c.afterWrite(h, key, s) { // s may be nil: the key's server must forget it even so
 		deleted = true
 	}
 	if deleted && errors.Is(err, memcache.ErrCacheMiss) {

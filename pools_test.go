@@ -100,7 +100,7 @@ func TestReplicatedNoStaleRead(t *testing.T) {
 			if i%2 == 0 && err == nil {
 				require.Equal(t, "new", string(it.Value), "%s at %s", k, m)
 			} else if i%2 == 1 {
-				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s at %s", k, m)
+				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s at %s (the one that hung: %s; %+v)", k, m, ms[0], c.Stats())
 			}
 		}
 	}
