@@ -122,7 +122,7 @@ func BenchmarkPickServerParallel(b *testing.B) {
 // in one server so that every call updates. It also reports snapshot-B, the
 // heap a ServerList holds after SetServers.
 func BenchmarkRebuild(b *testing.B) {
-	for _, n := range []int{10, 100, 1000, 10000} {
+	for _, n := range []int{3, 10, 16, 100, 1000, 10000} {
 		addrs := benchAddrs(n + 1)
 		sets := [2][]string{addrs[:n], addrs[1:]} // one pod replaced
 		snapshot := retainedBytes(func() any {

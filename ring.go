@@ -97,17 +97,17 @@ func point(seed uint64, i int) uint64 {
 // maxMembersFor(points). It returns nil for an empty member set, which
 // PickServer reports as ErrNoServers.
 //
-// Up to sortedBuildMax points in all, it sorts them and walks them with the
-// slots; beyond, it buckets them into a build state per slot (see
-// addPoints), which costs 16 MB and 10 ms whatever the number of points.
-// Both give the same table.
+// Up to sortedBuildMax points (byteBuildMax with up to byteTableMembers
+// members), it sorts them and walks them with the slots; beyond, it buckets
+// them into a build state per slot (see addPoints), which costs 16 MB and
+// 10 ms whatever the number of points. Both give the same table.
 func newRing(ms []member, points int) *ring {
 	if len(ms) == 0 {
 		return nil
 	}
 	points = max(points, 1)
 	r := &ring{members: ms, servers: servers(ms), points: points}
-	if len(ms)*points <= sortedBuildMax {
+	if n := len(ms) * points; n <= sortedBuildMax || len(ms) <= byteTableMembers && n <= byteBuildMax {
 		r.table = sortedTable(ms, points)
 	} else {
 		b := make([]slotBuild, 1<<slotBits)
@@ -117,7 +117,7 @@ func newRing(ms []member, points int) *ring {
 	return r
 }
 
-// sortedBuildMax is the most points newRing sorts.
+// sortedBuildMax is the most points newRing sorts beyond byteTableMembers.
 const sortedBuildMax = 1 << 17
 
 // pointKey returns point i of member m, whose id hashes to seed, as the
@@ -131,6 +131,9 @@ func pointKey(seed uint64, i, m int) uint64 {
 // successor, the member of the first point after that one of another member
 // (next, computed from the end, twice for the wrap around).
 func sortedTable(ms []member, points int) slotTable {
+	if len(ms) <= byteTableMembers {
+		return bytesTable(ms, points) // the same table, written directly
+	}
 	pts := make([]uint64, 0, len(ms)*points)
 	for m := range ms {
 		seed := xxhash.Sum64String(ms[m].id)
@@ -138,7 +141,7 @@ func sortedTable(ms []member, points int) slotTable {
 			pts = append(pts, pointKey(seed, i, m))
 		}
 	}
-	slices.Sort(pts)
+	sortKeys(pts)
 	next := make([]uint16, len(pts))
 	after := owner(pts[0]) // the successor of the point after i
 	for range 2 {

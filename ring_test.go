@@ -324,12 +324,30 @@ func TestRingCandidates(t *testing.T) {
 // The two builds, sorted points and bucketed build states, give the same
 // table, on each side of sortedBuildMax.
 func TestRingBuildsAgree(t *testing.T) {
-	for _, tc := range []struct{ n, points int }{{1, 10}, {2, 1}, {3, 2500}, {10, 2500}, {40, 2500}, {300, 500}} {
+	for _, tc := range []struct{ n, points int }{{1, 10}, {2, 1}, {3, 2500}, {10, 2500}, {17, 100}, {40, 2500}, {100, 3000}, {256, 7}, {300, 500}} {
 		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.points), func(t *testing.T) {
 			ms := canonical(podMembers(tc.n))
 			b := make([]slotBuild, 1<<slotBits)
 			addPoints(b, ms, tc.points)
 			require.Equal(t, sortedTable(ms, tc.points), fillTable(b, len(ms)))
 		})
+	}
+}
+
+// sortKeys sorts as slices.Sort does, uniform points as well as points that
+// share their top bits, which it finishes by insertion up to a bound.
+func TestSortKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 255, 256, 1000, 30000, 1 << 20} {
+		for _, collide := range []uint64{0, ^uint64(0) >> 8} {
+			pts := make([]uint64, n)
+			for i := range pts {
+				pts[i] = rng.Uint64() &^ collide
+			}
+			want := slices.Clone(pts)
+			slices.Sort(want)
+			sortKeys(pts)
+			require.Equal(t, want, pts, "%d points, collide %x", n, collide)
+		}
 	}
 }
