@@ -273,10 +273,10 @@ func TestRestartedServerNeedsNoReplay(t *testing.T) {
 	require.True(t, logs.has("server back for this client: server="+ms[0].addr+" restarted=true"))
 }
 
-// TestHandoff adds a server: the keys that move to it are still found,
-// copied there once, and gone from where they were; a write of a moved key
-// deletes it where it was.
-func TestHandoff(t *testing.T) {
+// scaledUp writes 300 keys, each its own value, through a Client of two
+// servers, and adds a third.
+func scaledUp(t *testing.T) ([]*memcached, *Client, *ServerList, []string) {
+	t.Helper()
 	ms := startMemcached(t, 3)
 	c, ss := newTestClient(t, addrsOf(ms[:2]))
 	var keys []string
@@ -287,6 +287,14 @@ func TestHandoff(t *testing.T) {
 	}
 	require.NoError(t, ss.SetServers(addrsOf(ms)...))
 	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	return ms, c, ss, keys
+}
+
+// TestHandoff adds a server: the keys that move to it are still found,
+// copied there once, and gone from where they were; a write of a moved key
+// deletes it where it was.
+func TestHandoff(t *testing.T) {
+	ms, c, ss, keys := scaledUp(t)
 	moved := 0
 	for i, k := range keys {
 		a, _ := ss.PickServer(k)
@@ -316,16 +324,7 @@ func TestHandoff(t *testing.T) {
 
 // TestHandoffMulti is TestHandoff through GetMulti.
 func TestHandoffMulti(t *testing.T) {
-	ms := startMemcached(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms[:2]))
-	var keys []string
-	for i := range 300 {
-		k := fmt.Sprint("h", i)
-		keys = append(keys, k)
-		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
-	}
-	require.NoError(t, ss.SetServers(addrsOf(ms)...))
-	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	_, c, _, keys := scaledUp(t)
 	got, err := c.GetMulti(keys)
 	require.NoError(t, err)
 	require.Len(t, got, len(keys))

@@ -134,14 +134,7 @@ func sortedTable(ms []member, points int) slotTable {
 	if len(ms) <= byteTableMembers {
 		return bytesTable(ms, points) // the same table, written directly
 	}
-	pts := make([]uint64, 0, len(ms)*points)
-	for m := range ms {
-		seed := xxhash.Sum64String(ms[m].id)
-		for i := range points {
-			pts = append(pts, pointKey(seed, i, m))
-		}
-	}
-	sortKeys(pts)
+	pts := sortedPoints(ms, points)
 	next := make([]uint16, len(pts))
 	after := owner(pts[0]) // the successor of the point after i
 	for range 2 {

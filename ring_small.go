@@ -22,14 +22,9 @@ const (
 	byteBuildMax = 1 << 20
 )
 
-// bytesTable returns the table of ms, at most byteTableMembers, from all
-// their points, sorted: the table sortedTable and fillTable give.
-//
-// A slot's owner is the member of the first point at or after its start,
-// and its successor the member of the first point after that one of another
-// member. One pass from the last point back carries the successor of the
-// point after, so the successors need no array of their own.
-func bytesTable(ms []member, points int) slotTable {
+// sortedPoints returns the point keys of all of ms's points (see pointKey),
+// sorted.
+func sortedPoints(ms []member, points int) []uint64 {
 	pts := make([]uint64, 0, len(ms)*points)
 	for m := range ms {
 		seed := xxhash.Sum64String(ms[m].id)
@@ -38,6 +33,18 @@ func bytesTable(ms []member, points int) slotTable {
 		}
 	}
 	sortKeys(pts)
+	return pts
+}
+
+// bytesTable returns the table of ms, at most byteTableMembers, from all
+// their points, sorted: the table sortedTable and fillTable give.
+//
+// A slot's owner is the member of the first point at or after its start,
+// and its successor the member of the first point after that one of another
+// member. One pass from the last point back carries the successor of the
+// point after, so the successors need no array of their own.
+func bytesTable(ms []member, points int) slotTable {
+	pts := sortedPoints(ms, points)
 
 	t := slotTable{succ: packed{b: make([]byte, numSlots+1), bits: 8}} // the last byte is padding (see packed)
 	if len(ms) <= 1<<4 {
