@@ -66,7 +66,7 @@ bench: bench-deps
 		./bench.test $(BENCH_FLAGS) -test.cpu 1 -test.bench '^BenchmarkPickServer$$' | tee -a bench-pick.out && \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^BenchmarkPickServerParallel$$' | tee -a bench-pick.out && \
 		./bench.test $(BENCH_FLAGS) -test.bench '^BenchmarkRebuild' | tee -a bench-rebuild.out && \
-		./proxybench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^BenchmarkProxy$$' | tee -a bench-proxy.out || exit 1; \
+		./proxybench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^Benchmark(Proxy|Pool)$$' | tee -a bench-proxy.out || exit 1; \
 	done
 	./bench.test -test.run '^TestQualityMeasure$$' -test.count 1 -test.timeout 30m -test.v -quality-json bench-quality.out
 	rm -f bench.test proxybench.test

@@ -116,10 +116,12 @@ func proxy(w *bytes.Buffer, file string) ([]goal, error) {
 		}
 		table(w, []string{"path", "CPUs", "alone ns/op", "alone ops/s", "alone p50", "alone p99", "alone ns/op ÷ gomemcache", "alternating mean ÷ gomemcache", "alternating p50 ÷ gomemcache", "alternating p99 ÷ gomemcache", "n"}, rows)
 	}
+	pool := run.poolSection(w)
 	return []goal{
 		run.overheadGoal("ours", "End to end, ours adds", "over gomemcache's ServerList", goalProxyOverhead),
 		run.overheadGoal("client", "End to end, the Client adds", "over gomemcache's own Get with the same kind of selector", goalClientOverhead),
 		run.proxyGoal(),
+		pool[0], pool[1],
 	}, nil
 }
 
@@ -205,6 +207,55 @@ func (run proxyRun) overheadGoal(path, what, than string, bound float64) goal {
 	g.measured = fmt.Sprintf("worst p50 ratio %.3f (%d CPU); mean ratio %s at 1, 2 CPUs", worst, worstAt, strings.Join(means, ", "))
 	g.pass = worst <= 1+bound
 	return g
+}
+
+// The pool goals: a Get on a replicated pool reads one replica, so it costs
+// what a sharded one does; a Set goes to the replicas at once, so it costs
+// about one round trip (well under the 3 that one after the other would).
+const (
+	goalPoolGet = 1.05
+	goalPoolSet = 2.0
+)
+
+// poolSection writes the table of BenchmarkPool (the Client, sharded against
+// replicated over the same 3 servers, alternating) and returns its goals.
+func (run proxyRun) poolSection(w *bytes.Buffer) [2]goal {
+	gs := [2]goal{
+		{goal: fmt.Sprintf("A Get on a replicated pool of 3 costs ≤ %.2fx a sharded Get (alternating p50, 1 and 2 CPUs)", goalPoolGet)},
+		{goal: fmt.Sprintf("A Set to 3 replicas costs about one round trip: ≤ %.1fx a sharded Set (alternating p50, 1 and 2 CPUs)", goalPoolSet)},
+	}
+	fmt.Fprintf(w, "### Pools: replicated against sharded\n\n")
+	fmt.Fprintf(w, "BenchmarkPool: Get and Set through a Client of a sharded pool and one of a replicated pool (`WithPool(Replicated())`) over the same 3 servers, one operation through each in turn on the same key. A replicated Get reads this client's own replica; a replicated Set writes the 3 replicas at once.\n\n")
+	var rows [][]string
+	for i, op := range []string{"get", "set"} {
+		worst, ok := 0.0, true
+		var parts []string
+		for _, procs := range []int{1, 2} {
+			m := run.res[fmt.Sprintf("BenchmarkPool/op=%s/impl=alternate", op)][procs]
+			num, den := m["replicated-p50-ns"], m["sharded-p50-ns"]
+			if len(num) == 0 || len(num) != len(den) {
+				ok = false
+				break
+			}
+			rs := make([]float64, len(num))
+			for j := range num {
+				rs[j] = num[j] / den[j]
+			}
+			r := medianOf(rs)
+			worst = max(worst, r)
+			parts = append(parts, fmt.Sprintf("%.3f (%d CPU)", r, procs))
+			rows = append(rows, []string{op, strconv.Itoa(procs), fmtDuration(medianOf(den)), fmtDuration(medianOf(num)),
+				fmt.Sprintf("%.3f (%.3f–%.3f)", r, slices.Min(rs), slices.Max(rs)), strconv.Itoa(len(rs))})
+		}
+		if !ok {
+			gs[i].measured = "not measured: no BenchmarkPool results"
+			continue
+		}
+		gs[i].measured = "p50 ratio " + strings.Join(parts, ", ")
+		gs[i].pass = worst <= []float64{goalPoolGet, goalPoolSet}[i]
+	}
+	table(w, []string{"op", "CPUs", "sharded p50", "replicated p50", "replicated ÷ sharded (range)", "n"}, rows)
+	return gs
 }
 
 // proxyGoal reports whether the proxy tier was measured, and what it costs.

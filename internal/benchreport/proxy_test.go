@@ -63,7 +63,8 @@ func TestProxySection(t *testing.T) {
 	require.NoError(t, err)
 	out := w.String()
 
-	require.Len(t, goals, 3)
+	require.Len(t, goals, 5)
+	assert.Contains(t, goals[3].measured, "not measured: no BenchmarkPool results")
 	assert.True(t, goals[0].pass, "a 2%% overhead at the median passes: %+v", goals[0])
 	assert.Contains(t, goals[0].measured, "worst p50 ratio 1.020 (2 CPU)")
 	assert.False(t, goals[1].pass, "the Client was not measured")
@@ -86,4 +87,20 @@ func TestProxySection(t *testing.T) {
 	goals, err = proxy(&bytes.Buffer{}, file)
 	require.NoError(t, err)
 	assert.False(t, goals[0].pass, "%+v", goals[0])
+}
+
+func TestPoolSection(t *testing.T) {
+	out := `BenchmarkPool/op=get/impl=alternate         	    5000	     30389 ns/op	     25337 replicated-ns	     12000 replicated-p50-ns	     95245 replicated-p99-ns	     35435 sharded-ns	     12000 sharded-p50-ns	    100795 sharded-p99-ns
+BenchmarkPool/op=get/impl=alternate-2       	    5000	     25977 ns/op	     51483 replicated-ns	     50000 replicated-p50-ns	    126027 replicated-p99-ns	     52400 sharded-ns	     49000 sharded-p50-ns	    134065 sharded-p99-ns
+BenchmarkPool/op=set/impl=alternate         	    5000	     65218 ns/op	     78801 replicated-ns	     77000 replicated-p50-ns	    160154 replicated-p99-ns	     51630 sharded-ns	     55000 sharded-p50-ns	    106104 sharded-p99-ns
+BenchmarkPool/op=set/impl=alternate-2       	    5000	     41358 ns/op	    104388 replicated-ns	    130000 replicated-p50-ns	    205910 replicated-p99-ns	     60987 sharded-ns	     57000 sharded-p50-ns	    144592 sharded-p99-ns
+`
+	run, err := parseProxy(strings.NewReader(out))
+	require.NoError(t, err)
+	var w bytes.Buffer
+	gs := run.poolSection(&w)
+	assert.True(t, gs[0].pass, "%+v", gs[0])
+	assert.Contains(t, gs[0].measured, "1.000 (1 CPU), 1.020 (2 CPU)")
+	assert.False(t, gs[1].pass, "a Set at 2.28x one round trip misses: %+v", gs[1])
+	assert.Contains(t, w.String(), "| set | 1 | 55.0 µs | 77.0 µs | 1.400 (1.400–1.400) | 1 |")
 }

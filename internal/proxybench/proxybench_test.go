@@ -472,3 +472,51 @@ func TestClientOrders(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPool is Get and Set through a Client of a sharded pool and one
+// of a replicated pool (every server holds every key) over the same
+// servers, alternating in one loop as BenchmarkProxy's impl=alternate: a
+// replicated Get reads one replica, so it should cost what a sharded one
+// does; a replicated Set goes to the 3 replicas at once, so it should cost
+// about one round trip, not three. Metrics: <path>-ns, <path>-p50-ns and
+// <path>-p99-ns, for sharded and replicated.
+func BenchmarkPool(b *testing.B) {
+	t, err := sharedTier()
+	if err != nil {
+		fmt.Printf("--- NOT MEASURED: %s: %v\n", b.Name(), err)
+		b.Skip(err)
+	}
+	var ss selector.ServerList
+	if err := ss.SetServers(t.Servers...); err != nil {
+		b.Fatal(err)
+	}
+	opts := []selector.Option{selector.WithMaxIdleConns(memcache.DefaultMaxIdleConns), selector.WithTimeout(5 * time.Second)}
+	sharded, err := selector.NewClientFromList(&ss, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sharded.Close()
+	replicated, err := selector.NewClientFromList(&ss, append(opts, selector.WithPool(selector.Replicated()))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer replicated.Close()
+	cs := []cache{sharded, replicated}
+	for _, k := range benchKeys {
+		for _, c := range cs {
+			if err := c.Set(&memcache.Item{Key: k, Value: benchValue}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, op := range operations[:2] { // get, set
+		b.Run(fmt.Sprintf("op=%s/impl=alternate", op.name), func(b *testing.B) {
+			lat := benchOp(b, cs, op)
+			for k, p := range []string{"sharded", "replicated"} {
+				b.ReportMetric(float64(mean(lat[k])), p+"-ns")
+				b.ReportMetric(float64(quantile(lat[k], 0.50)), p+"-p50-ns")
+				b.ReportMetric(float64(quantile(lat[k], 0.99)), p+"-p99-ns")
+			}
+		})
+	}
+}
