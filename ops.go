@@ -278,7 +278,7 @@ func (c *Client) CompareAndSwap(item *memcache.Item) error {
 // nowhere it can be.
 func (c *Client) Delete(key string) error {
 	if c.pool != nil {
-		return c.pool.all(key, func(g *Client) error { return g.Delete(key) })
+		return c.pool.delete(key)
 	}
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey

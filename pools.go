@@ -28,7 +28,8 @@ import (
 //     too, and a hit found further on is copied back with add to the groups
 //     that missed, so that a group that returns empty warms from its peers.
 //   - Set, Delete and Touch go to every group at once, so a write costs
-//     about one round trip. They succeed if one group took them; a group
+//     about one round trip (a Delete two, with WithMissFailover: see
+//     pooled.repair). They succeed if one group took them; a group
 //     that did not has the key deleted there, or logged for deletion before
 //     its server is used again, so it never serves the old value.
 //   - Add, Replace, Increment, Decrement, Append and Prepend depend on the
@@ -222,11 +223,7 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 		it, gerr := get(g.c)
 		switch {
 		case gerr == nil:
-			for _, m := range missed { // repair
-				cp := *it
-				cp.Expiration = g.c.handoffTTL()
-				m.c.Add(&cp)
-			}
+			pl.repair(missed, g, it)
 			return it, nil
 		case errors.Is(gerr, memcache.ErrMalformedKey):
 			return nil, gerr
@@ -241,6 +238,38 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 		}
 	}
 	return nil, err
+}
+
+// repair copies it, found in group g, to the groups that missed it, with
+// add, so that a newer value there is never replaced. A Delete may run
+// between the read at g and an add, and the add would bring the value back:
+// so g is read again after the adds, and the copies are deleted if its value
+// changed or went; and a Delete on a pool with miss failover deletes twice
+// (see pooled.delete), so that a copy added before its first pass ended is
+// gone after its second.
+func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item) {
+	if len(missed) == 0 {
+		return
+	}
+	for _, m := range missed {
+		cp := *it
+		cp.Expiration = g.c.handoffTTL()
+		m.c.Add(&cp)
+	}
+	if now, err := g.c.Get(it.Key); err != nil || now.CasID != it.CasID {
+		for _, m := range missed {
+			m.c.Delete(it.Key)
+		}
+	}
+}
+
+// delete deletes key in every group; with miss failover, twice (see repair).
+func (pl *pooled) delete(key string) error {
+	err := pl.all(key, func(g *Client) error { return g.Delete(key) })
+	if pl.miss {
+		pl.all(key, func(g *Client) error { return g.Delete(key) })
+	}
+	return err
 }
 
 // getMulti asks the groups in this client's order for the keys not found
@@ -258,11 +287,7 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 		}
 		for k, it := range items {
 			found[k] = it
-			for _, m := range asked {
-				cp := *it
-				cp.Expiration = g.c.handoffTTL()
-				m.c.Add(&cp)
-			}
+			pl.repair(asked, g, it)
 		}
 		want = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return found[k] != nil })
 		if len(want) == 0 || gerr == nil && !pl.miss {

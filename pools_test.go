@@ -1,8 +1,12 @@
 package selector
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -181,4 +185,59 @@ func TestByZoneNeedsAZone(t *testing.T) {
 	t.Setenv(ZoneEnv, "")
 	_, err := NewClientFromList(new(ServerList), WithPool(ByZone("")))
 	require.ErrorContains(t, err, ZoneEnv+" is not set")
+}
+
+// slowHits delays a get's hit ("VALUE ...") by delay once memcached has
+// answered: the window between a replica's answer and the pool's repair.
+type slowHits struct {
+	net.Conn
+	delay time.Duration
+	on    *atomic.Bool
+}
+
+func (c slowHits) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.on.Load() && strings.HasPrefix(string(b[:n]), "VALUE ") {
+		time.Sleep(c.delay)
+	}
+	return n, err
+}
+
+// TestRepairNeverUndoesADelete: a Get that misses at one replica and hits
+// at the other copies the hit back with add; a Delete that succeeds between
+// that hit and the add must not be undone. Each client reads the replicas
+// in an order of its own, so the attempts alternate which replica lost the
+// key, and half of them read it there first. Before the fix, 3 to 7 of 8
+// attempts read the deleted value back.
+func TestRepairNeverUndoesADelete(t *testing.T) {
+	ms := startMemcached(t, 2)
+	for i := range 8 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			var on atomic.Bool
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return slowHits{c, 300 * time.Millisecond, &on}, nil
+			}
+			ss := new(ServerList)
+			require.NoError(t, ss.SetServers(addrsOf(ms)...))
+			c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithPool(Replicated().WithMissFailover()), WithDialContext(dial))
+			require.NoError(t, err)
+			defer c.Close()
+			key := fmt.Sprint("k-", i)
+			require.NoError(t, c.Set(&memcache.Item{Key: key, Value: []byte("v1")}))
+			require.NoError(t, direct(ms[i%2].addr).Delete(key)) // one replica lost it (evicted, or restarted empty)
+			on.Store(true)
+			got := make(chan struct{})
+			go func() { c.Get(key); close(got) }()
+			time.Sleep(100 * time.Millisecond) // the replica holding the key has answered; its hit is on its way
+			on.Store(false)
+			require.NoError(t, c.Delete(key))
+			<-got
+			_, err = c.Get(key)
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value read back")
+		})
+	}
 }

@@ -18,7 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// NodeName is the one Node all pods run on.
+// NodeName is the Node pods run on unless their PodSpec names another
+// (see CreateNode).
 const NodeName = "e2e-node"
 
 // Kubelet plays the kubelet for the pods it creates: it sets their status
@@ -69,6 +70,9 @@ type PodSpec struct {
 	Labels          map[string]string
 	Hostname        string // spec.hostname (StatefulSet pods)
 	Subdomain       string // spec.subdomain (the headless Service)
+	// NodeName is the Node the pod is bound to (spec.nodeName): NodeName by
+	// default, or one made with CreateNode, e.g. in a zone.
+	NodeName string
 	// Ports are the container ports; one memcached runs per port unless
 	// NoProcess is set. Default: one port "memcache" 11211.
 	Ports     []corev1.ContainerPort
@@ -95,6 +99,9 @@ func (k *Kubelet) RunPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if len(spec.Ports) == 0 {
 		spec.Ports = []corev1.ContainerPort{{Name: "memcache", ContainerPort: 11211, Protocol: corev1.ProtocolTCP}}
 	}
+	if spec.NodeName == "" {
+		spec.NodeName = NodeName
+	}
 	ip, err := k.allocIP(!spec.NoProcess)
 	if err != nil {
 		return nil, err
@@ -111,7 +118,7 @@ func (k *Kubelet) RunPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: spec.Namespace, Labels: spec.Labels},
 		Spec: corev1.PodSpec{
-			NodeName:                      NodeName,
+			NodeName:                      spec.NodeName,
 			Hostname:                      spec.Hostname,
 			Subdomain:                     spec.Subdomain,
 			AutomountServiceAccountToken:  new(bool),
@@ -182,6 +189,9 @@ func (p *Pod) startMemcached(ctx context.Context, port int) error {
 		return err
 	})
 }
+
+// Node is the name of the Node the pod is bound to.
+func (p *Pod) Node() string { return p.spec.NodeName }
 
 // Addr is the pod's address for port.
 func (p *Pod) Addr(port int) string { return net.JoinHostPort(p.IP, strconv.Itoa(port)) }
