@@ -249,16 +249,6 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	return max(next, time.Millisecond)
 }
 
-// inPast reports whether s is a server of one of rt's past rings.
-func (rt *routing) inPast(s *server) bool {
-	for _, p := range rt.past {
-		if slices.Contains(p.srv, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // ClientStats is the state of a Client's servers.
 type ClientStats struct {
 	Servers []ServerStats // the members, and those that left recently, by address

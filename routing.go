@@ -123,6 +123,16 @@ func (rt *routing) next(h uint64) *server {
 	return nil
 }
 
+// inPast reports whether s is a server of one of rt's past rings.
+func (rt *routing) inPast(s *server) bool {
+	for _, p := range rt.past {
+		if slices.Contains(p.srv, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // baseOwner returns the server that owns h among the members, live or not.
 func (rt *routing) baseOwner(h uint64) *server {
 	if rt == nil || rt.base == nil {
