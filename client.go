@@ -55,8 +55,8 @@ type Client struct {
 
 // NewClient returns a Client for the Service named by addr, which it
 // discovers as NewServerList does, with the same options and the Client
-// options: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover and
-// WithHandoff.
+// options: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover,
+// WithHandoff and WithPool.
 func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error) {
 	o, err := newOptions(opt)
 	if err != nil {
@@ -68,7 +68,8 @@ func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error)
 	}
 	t, _ := parseTarget(addr, o.getenv, o.saDir) // parsed above
 	c := newClientOf(ss, true, o.client, newLog(o.log, t))
-	if err := c.withPool(); err != nil {
+	discover := func(addr string) (*ServerList, error) { return startDiscovery(ctx, addr, o) }
+	if err := c.withPool(addr, discover); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("selector: %w", err)
 	}
@@ -89,17 +90,18 @@ func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
 	c := newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod)))
-	if err := c.withPool(); err != nil {
+	if err := c.withPool("", nil); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("selector: %w", err)
 	}
 	return c, nil
 }
 
-// withPool sets up the groups of a replicated or zoned pool.
-func (c *Client) withPool() (err error) {
+// withPool sets up the groups of a replicated, zoned or combined pool; own
+// and discover are for AcrossServices (see newPooled).
+func (c *Client) withPool(own string, discover func(addr string) (*ServerList, error)) (err error) {
 	if c.cfg.pool.kind != sharded {
-		c.pool, err = newPooled(c, c.cfg.pool)
+		c.pool, err = newPooled(c, c.cfg.pool, own, discover)
 	}
 	return err
 }

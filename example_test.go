@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -143,4 +144,40 @@ func ExampleNewClientFromList() {
 	}
 	defer c.Close()
 	_ = c.Set(&memcache.Item{Key: "greeting", Value: []byte("hello")})
+}
+
+// A Client whose cache outlives a zone: the memcached pods spread over the
+// zones, one ring per zone, each key in every zone, and reads in the
+// client's own zone (from SELECTOR_ZONE, which the downward API sets; see
+// the README), failing over to the other zones on an error or a miss.
+func ExampleByZone() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := selector.NewClient(ctx, "memcache-headless:11211",
+		selector.WithPool(selector.ByZone("").WithMissFailover()))
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer c.Close()
+	_ = c.Set(&memcache.Item{Key: "session:7", Value: []byte("...")})
+}
+
+// A pool over one Service per zone (examples/kubernetes/memcached-by-zone.yaml):
+// each client names its own zone's Service first.
+func ExampleAcrossServices() {
+	zone := os.Getenv(selector.ZoneEnv) // the node's zone: "zone-a", "zone-b" or "zone-c"
+	var others []string
+	for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
+		if z != zone {
+			others = append(others, "memcache-"+z+":11211")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := selector.NewClient(ctx, "memcache-"+zone+":11211",
+		selector.WithPool(selector.AcrossServices(others...)))
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer c.Close()
 }

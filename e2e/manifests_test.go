@@ -3,9 +3,11 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -47,5 +49,64 @@ func TestExampleManifests(t *testing.T) {
 	}
 	if sa := deploy["app.yaml"].Spec.Template.Spec.ServiceAccountName; sa != e.m.ServiceAccount.Name {
 		t.Errorf("app.yaml runs as %q, want rbac.yaml's ServiceAccount %q", sa, e.m.ServiceAccount.Name)
+	}
+}
+
+// memcached-by-zone.yaml, a Service and a Deployment per zone for
+// selector.AcrossServices: the API server accepts them, and each
+// Deployment's pods are those of its Service only, pinned to its zone.
+func TestExampleManifestsByZone(t *testing.T) {
+	e := newEnv(t)
+	b, err := os.ReadFile(filepath.Join(*manifestsDir, "memcached-by-zone.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := map[string]*corev1.Service{}
+	var deps []*appsv1.Deployment
+	for _, doc := range strings.Split(string(b), "\n---\n")[1:] {
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &kind); err != nil {
+			t.Fatal(err)
+		}
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		switch kind.Kind {
+		case "Service":
+			s := &corev1.Service{}
+			if err := yaml.UnmarshalStrict([]byte(doc), s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.client.CoreV1().Services(e.ns).Create(e.ctx, s, dry); err != nil {
+				t.Fatalf("Service %s: the API server rejects it: %v", s.Name, err)
+			}
+			svcs[s.Name] = s
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			if err := yaml.UnmarshalStrict([]byte(doc), d); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.client.AppsV1().Deployments(e.ns).Create(e.ctx, d, dry); err != nil {
+				t.Fatalf("Deployment %s: the API server rejects it: %v", d.Name, err)
+			}
+			deps = append(deps, d)
+		default:
+			t.Fatalf("memcached-by-zone.yaml: unexpected kind %q", kind.Kind)
+		}
+	}
+	if len(svcs) != 3 || len(deps) != 3 {
+		t.Fatalf("memcached-by-zone.yaml: %d Services and %d Deployments, want 3 of each", len(svcs), len(deps))
+	}
+	for _, d := range deps {
+		pods := labels.Set(d.Spec.Template.Labels)
+		for name, s := range svcs {
+			if match := labels.SelectorFromSet(s.Spec.Selector).Matches(pods); match != (name == d.Name) {
+				t.Errorf("Deployment %s's pods: Service %s selects them: %v", d.Name, name, match)
+			}
+		}
+		zone := strings.TrimPrefix(d.Name, "memcache-")
+		a := d.Spec.Template.Spec.Affinity
+		if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+			a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values[0] != zone {
+			t.Errorf("Deployment %s is not pinned to %s", d.Name, zone)
+		}
 	}
 }
