@@ -22,6 +22,7 @@ type options struct {
 	caFile     string
 	httpClient *http.Client
 	points     int
+	hashing    Hashing
 	onChange   func([]net.Addr)
 	waitReady  bool
 	legacy     bool

@@ -81,8 +81,9 @@ var _ memcache.ServerSelector = (*ServerList)(nil)
 type ServerList struct {
 	ring atomic.Pointer[ring]
 
-	mu     sync.Mutex // serializes writers (SetServers and discovery)
-	points int        // points per member; 0 means DefaultPointsPerServer
+	mu      sync.Mutex // serializes writers (SetServers and discovery)
+	points  int        // points per member; 0 means DefaultPointsPerServer
+	hashing Hashing    // how keys map to servers; fixed before the first servers
 
 	// Discovery, set by NewServerList.
 	subs     []chan<- struct{}        // told of every change (see subscribe); guarded by mu
