@@ -139,6 +139,9 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// hash returns the hash of key that the Client's rings are read with.
+func (c *Client) hash(key string) uint64 { return c.list.hashing.sum(key) }
+
 // signal asks the run loop to apply a change.
 func (c *Client) signal() {
 	select {

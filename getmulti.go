@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 )
 
 // GetMulti gets the items of keys, as memcache.Client.GetMulti: one batch
@@ -22,7 +21,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 		if !legalKey(k) {
 			return nil, memcache.ErrMalformedKey
 		}
-		hashes[i] = xxhash.Sum64String(k)
+		hashes[i] = c.hash(k)
 	}
 	var found map[string]*memcache.Item
 	owner := make([]*server, len(keys)) // where each key was last asked

@@ -168,9 +168,9 @@ func routingKey(key string) string {
 }
 
 // name returns m's name under h: what Ketama hashes (see Ketama).
-func (h *Hashing) name(m member, static bool) (string, error) {
+func (h *Hashing) name(m member) (string, error) {
 	switch {
-	case static:
+	case m.static:
 		return m.id, nil
 	case h.domain == "":
 		return m.addr.str, nil

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 )
 
 // keyServer is the attribute of a server's address in the Client's records.
@@ -219,7 +218,7 @@ const replayWorkers = 8
 // moveBack moves key, which s owns again, from the server that has it
 // while s is out, as a handoff would (see copyTo).
 func (c *Client) moveBack(s *server, key string) {
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	rt := c.rt.Load()
 	t := rt.owner(h)
 	if t == nil || t == s || rt.baseOwner(h) != s {

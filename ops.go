@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 )
 
 // retry says when a request that failed on its server is sent again, to
@@ -62,7 +61,7 @@ func (c *Client) write(key string, r retry, op func(*memcache.Client) error) (bo
 	if !legalKey(key) {
 		return false, memcache.ErrMalformedKey
 	}
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	s, err := c.do(h, r, op)
 	// Even with no server to write to (all out), the key's server must
 	// forget it.
@@ -187,7 +186,7 @@ func (c *Client) get(key string, exp int32, get func(*memcache.Client) (*memcach
 	if !legalKey(key) {
 		return nil, memcache.ErrMalformedKey
 	}
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	var it *memcache.Item
 	s, err := c.do(h, ifIdempotent, func(mc *memcache.Client) (err error) { it, err = get(mc); return })
 	if err == nil && c.suspect(s, key) {
@@ -211,7 +210,7 @@ func (c *Client) Touch(key string, seconds int32) error {
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
-	_, err := c.do(xxhash.Sum64String(key), ifIdempotent, func(mc *memcache.Client) error { return mc.Touch(key, seconds) })
+	_, err := c.do(c.hash(key), ifIdempotent, func(mc *memcache.Client) error { return mc.Touch(key, seconds) })
 	return err
 }
 
@@ -283,7 +282,7 @@ func (c *Client) Delete(key string) error {
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	deleted := false
 	if rt := c.rt.Load(); len(rt.past) > 0 {
 		var buf [4]*server
@@ -329,7 +328,7 @@ func (c *Client) change(key string, op func(*memcache.Client) error) error {
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	s, err := c.do(h, ifNotSent, op)
 	if s == nil {
 		c.afterWrite(h, key, nil)

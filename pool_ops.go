@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 )
 
 // get reads key from the groups in this client's order (see Pool).
@@ -184,7 +183,7 @@ func (c *Client) forget(key string) {
 	if !legalKey(key) {
 		return
 	}
-	h := xxhash.Sum64String(key)
+	h := c.hash(key)
 	if b := c.rt.Load().baseOwner(h); b != nil {
 		c.invalidate(b, key)
 	}

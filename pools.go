@@ -191,7 +191,7 @@ func (pl *pooled) refresh(c *Client) {
 	for name, ms := range split {
 		g := pl.groups[name]
 		if g == nil {
-			g = &group{name: name, list: &ServerList{points: pl.list.points}}
+			g = &group{name: name, list: &ServerList{points: pl.list.points, hashing: pl.list.hashing}}
 		}
 		if _, _, err := g.list.update(slices.Clone(ms)); err != nil {
 			c.log.Error("refusing a group's servers", "group", name, keyError, err)

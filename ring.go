@@ -24,22 +24,11 @@ const DefaultPointsPerServer = 3000
 // where its connections go. They differ for StatefulSet pods, whose id (the
 // pod's hostname) outlives its IP.
 type member struct {
-	id   string
-	addr *staticAddr
-	zone string // the endpoint's zone, for pools split by zone (see Pool); not part of the mapping
-}
-
-// staticAddr is a net.Addr whose String and Network are precomputed: gomemcache
-// calls String on every operation to key its idle-connection pool.
-type staticAddr struct {
-	network, str string
-}
-
-func (a *staticAddr) Network() string { return a.network }
-func (a *staticAddr) String() string  { return a.str }
-
-func newStaticAddr(a net.Addr) *staticAddr {
-	return &staticAddr{network: a.Network(), str: a.String()}
+	id     string
+	addr   *staticAddr
+	zone   string // the endpoint's zone, for pools split by zone (see Pool); not part of the mapping
+	static bool   // given to SetServers: Ketama names it by id, Ch3 places it at order
+	order  int    // its place in SetServers' arguments
 }
 
 // ring is an immutable consistent-hash ring: a pure function of its member
@@ -64,7 +53,8 @@ type ring struct {
 	members []member   // sorted by id, no duplicate ids
 	servers []net.Addr // the members' distinct addresses, sorted
 	table   slotTable
-	points  int // per member
+	points  int      // per member
+	alt     *altRing // for Ketama and Ch3, in place of table (see ring_modes.go)
 }
 
 const (
@@ -380,12 +370,17 @@ func slotOf(h uint64) uint64 { return h >> (64 - slotBits) }
 
 // pick returns the member that owns hash h.
 func (r *ring) pick(h uint64) *member {
-	return &r.members[r.table.owner(slotOf(h))]
+	return &r.members[r.owner(h)]
 }
 
 // owners returns the member that owns hash h and its successor, the member
 // that would own h if the owner left; with one member, both are it.
 func (r *ring) owners(h uint64) (owner, succ *member) {
+	if r.alt != nil {
+		var buf [2]uint32
+		c := r.altCandidates(h, 2, buf[:0])
+		return &r.members[c[0]], &r.members[c[len(c)-1]]
+	}
 	o, s := r.table.get(slotOf(h))
 	return &r.members[o], &r.members[s]
 }
@@ -396,6 +391,9 @@ func (r *ring) owners(h uint64) (owner, succ *member) {
 // the slots after h's, which follow the ring's order more loosely. It
 // allocates nothing when dst has room.
 func (r *ring) candidates(h uint64, n int, dst []uint32) []uint32 {
+	if r.alt != nil {
+		return r.altCandidates(h, n, dst)
+	}
 	n = min(n, len(r.members))
 	start := len(dst)
 	add := func(m uint32) {

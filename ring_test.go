@@ -27,8 +27,8 @@ func podMembers(n int) []member {
 	return members(ids...)
 }
 
-// owner returns the id of the member owning key.
-func (r *ring) owner(key string) string {
+// ownerID returns the id of the member owning key.
+func (r *ring) ownerID(key string) string {
 	return r.pick(xxhash.Sum64String(key)).id
 }
 
@@ -167,7 +167,7 @@ func TestRingGolden(t *testing.T) {
 			r := newRing(canonical(members(tc.ids...)), tc.points)
 			got := map[string]string{}
 			for key := range tc.keys {
-				got[key] = r.owner(key)
+				got[key] = r.ownerID(key)
 			}
 			d := xxhash.New()
 			for i := range 100000 {

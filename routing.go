@@ -51,11 +51,11 @@ func newRouting(in routingInput) (rt *routing, dropped []past) {
 		case len(ms) == len(in.base.members):
 			rt.live, rt.liveSrv = in.base, rt.baseSrv
 		case len(ms) > 0:
-			if in.old != nil && in.old.live != nil {
-				rt.live = in.old.live.with(ms, in.base.points) // a few servers out: a small change
-			} else {
-				rt.live = newRing(ms, in.base.points)
+			var old *ring
+			if in.old != nil {
+				old = in.old.live // a few servers out: a small change of it
 			}
+			rt.live = in.base.subset(ms, old)
 			rt.liveSrv = make([]*server, len(ms))
 			for i, m := range ms {
 				rt.liveSrv[i] = in.server(m.addr)
@@ -105,7 +105,7 @@ func (rt *routing) owner(h uint64) *server {
 	if rt == nil || rt.live == nil {
 		return nil
 	}
-	s := rt.liveSrv[rt.live.table.owner(slotOf(h))]
+	s := rt.liveSrv[rt.live.owner(h)]
 	if s.status() == up {
 		return s
 	}
@@ -138,7 +138,7 @@ func (rt *routing) baseOwner(h uint64) *server {
 	if rt == nil || rt.base == nil {
 		return nil
 	}
-	return rt.baseSrv[rt.base.table.owner(slotOf(h))]
+	return rt.baseSrv[rt.base.owner(h)]
 }
 
 // previous appends to dst the servers that owned h in the past rings not
@@ -146,7 +146,7 @@ func (rt *routing) baseOwner(h uint64) *server {
 // value of a key that moved may still be.
 func (rt *routing) previous(h uint64, not *server, now time.Time, dst []*server) []*server {
 	for _, p := range rt.past {
-		s := p.srv[p.r.table.owner(slotOf(h))]
+		s := p.srv[p.r.owner(h)]
 		if s == not || slices.Contains(dst, s) || !now.Before(p.until) {
 			continue
 		}

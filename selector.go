@@ -57,7 +57,6 @@ import (
 	"sync/atomic"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 )
 
 // ErrNoServers is returned by PickServer when there are no servers. It is
@@ -104,7 +103,7 @@ func (ss *ServerList) PickServer(key string) (net.Addr, error) {
 	if r == nil {
 		return nil, ErrNoServers
 	}
-	return r.pick(xxhash.Sum64String(key)).addr, nil
+	return r.pick(ss.hashing.sum(key)).addr, nil
 }
 
 // Each calls f for each server, in the order of Servers, and stops at the
@@ -189,6 +188,10 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	switch {
 	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr && a.zone == b.zone }):
 		return nil, nil, nil
+	case ss.hashing.mode != ownRing:
+		if r, err = newAltRing(ss.hashing, ms); err != nil {
+			return nil, nil, err
+		}
 	case sameIDs:
 		r = old.withMembers(ms)
 	default:
@@ -322,7 +325,7 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 	if err != nil {
 		return nil, err
 	}
-	ss := &ServerList{points: o.points, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
+	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
 	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log,
 		publish: func(ms []member, draining []string) error { return ss.publish(ms, draining, log) }})
 

@@ -40,7 +40,7 @@ func staticMembers(servers []string) ([]member, error) {
 	}
 
 	ms := make([]member, 0, len(ids))
-	for _, id := range ids {
+	for i, id := range ids {
 		var a net.Addr
 		var err error
 		if strings.Contains(id, "/") {
@@ -51,7 +51,7 @@ func staticMembers(servers []string) ([]member, error) {
 		if err != nil {
 			return nil, fmt.Errorf("selector: SetServers: %q: %w", given[id], err)
 		}
-		ms = append(ms, member{id: id, addr: newStaticAddr(a)})
+		ms = append(ms, member{id: id, addr: newStaticAddr(a), static: true, order: i})
 	}
 	// A host name and its address, or two names of one host: one server,
 	// whatever the order given.
@@ -109,4 +109,17 @@ func canonicalHostPort(s string) (string, error) {
 		host = strings.ToLower(host)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(n)), nil
+}
+
+// staticAddr is a net.Addr whose String and Network are precomputed: gomemcache
+// calls String on every operation to key its idle-connection pool.
+type staticAddr struct {
+	network, str string
+}
+
+func (a *staticAddr) Network() string { return a.network }
+func (a *staticAddr) String() string  { return a.str }
+
+func newStaticAddr(a net.Addr) *staticAddr {
+	return &staticAddr{network: a.Network(), str: a.String()}
 }

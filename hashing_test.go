@@ -1,0 +1,206 @@
+package selector
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pickAll returns the server of each of n keys.
+func pickAll(t *testing.T, ss *ServerList, n int) map[string]string {
+	t.Helper()
+	got := make(map[string]string, n)
+	for i := range n {
+		k := fmt.Sprint("key-", i)
+		a, err := ss.PickServer(k)
+		require.NoError(t, err)
+		got[k] = a.String()
+	}
+	return got
+}
+
+// TestHashingModes: each mode maps keys as its reference function does,
+// moves only what it must when servers change, and PickServer allocates
+// nothing.
+func TestHashingModes(t *testing.T) {
+	addrs := []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}
+	for _, tc := range []struct {
+		name string
+		h    Hashing
+		want func(key string) string // the reference mapping over addrs
+	}{
+		{"ketama", Ketama(), func(key string) string {
+			c := newContinuum([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}, make([]uint32, 4))
+			return addrs[c.owner(uint64(md5Key(key)))]
+		}},
+		{"ch3", Ch3(), func(key string) string { return addrs[ch3Of(key, 4)] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := new(ServerList)
+			require.NoError(t, ss.SetHashing(tc.h))
+			require.NoError(t, ss.SetServers(addrs...))
+			before := pickAll(t, ss, 2000)
+			for k, a := range before {
+				require.Equal(t, tc.want(k), a, k)
+			}
+			allocs := testing.AllocsPerRun(1000, func() { ss.PickServer("a-key-of-some-length:12345") })
+			require.Zero(t, allocs, "PickServer allocations")
+
+			// A fifth server at the end takes only keys from the others.
+			require.NoError(t, ss.SetServers(append(addrs, "10.0.0.5:11211")...))
+			moved := 0
+			for k, a := range pickAll(t, ss, 2000) {
+				if a != before[k] {
+					require.Equal(t, "10.0.0.5:11211", a, "key %s moved between servers that stayed", k)
+					moved++
+				}
+			}
+			assert.InDelta(t, 2000/5, moved, 100, "keys moved to the fifth server")
+		})
+	}
+}
+
+// TestCh3Order: Ch3 places SetServers' servers in the order given, and a
+// list's order is its mapping.
+func TestCh3Order(t *testing.T) {
+	a, b := new(ServerList), new(ServerList)
+	require.NoError(t, a.SetHashing(Ch3()))
+	require.NoError(t, b.SetHashing(Ch3()))
+	require.NoError(t, a.SetServers("10.0.0.1:11211", "10.0.0.2:11211"))
+	require.NoError(t, b.SetServers("10.0.0.2:11211", "10.0.0.1:11211"))
+	for i := range 100 {
+		k := fmt.Sprint("k", i)
+		x, _ := a.PickServer(k)
+		y, _ := b.PickServer(k)
+		require.NotEqual(t, x.String(), y.String(), "%s: the order given decides the index", k)
+	}
+}
+
+// TestHashingDiscovery: discovered servers under Ketama are named by
+// ip:port, or with ByHostname by their pods' DNS names; under Ch3 they are
+// placed by their pods' ordinals, and a pod not ready leaves a hole whose
+// keys spread over the others while every other key stays.
+func TestHashingDiscovery(t *testing.T) {
+	pods := func(ips ...string) *fakeSlice {
+		var eps []fakeEndpoint
+		for i, ip := range ips {
+			if ip != "" {
+				name := fmt.Sprint("memcache-", i)
+				eps = append(eps, ep(ip).pod(name, name))
+			}
+		}
+		return v4("memcache-a", eps...)
+	}
+	t.Run("ketama by address", func(t *testing.T) {
+		f := newFakeAPI(t)
+		f.put(pods("10.0.0.1", "10.0.0.2", "10.0.0.3"))
+		ss := start(t, f, WithHashing(Ketama()))
+		ref := new(ServerList)
+		require.NoError(t, ref.SetHashing(Ketama()))
+		require.NoError(t, ref.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"))
+		require.Equal(t, pickAll(t, ref, 1000), pickAll(t, ss, 1000))
+	})
+	t.Run("ketama by hostname", func(t *testing.T) {
+		f := newFakeAPI(t)
+		f.put(pods("10.0.0.1", "10.0.0.2", "10.0.0.3"))
+		ss := start(t, f, WithHashing(Ketama().ByHostname("memcache.default.svc.cluster.local")))
+		names := []string{"memcache-0.memcache.default.svc.cluster.local:11211", "memcache-1.memcache.default.svc.cluster.local:11211", "memcache-2.memcache.default.svc.cluster.local:11211"}
+		c := newContinuum(names, make([]uint32, 3))
+		for k, a := range pickAll(t, ss, 1000) {
+			require.Equal(t, fmt.Sprintf("10.0.0.%d:11211", c.owner(uint64(md5Key(k)))+1), a, k)
+		}
+	})
+	t.Run("ch3 by ordinal, with a hole", func(t *testing.T) {
+		f := newFakeAPI(t)
+		f.put(pods("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"))
+		ss := start(t, f, WithHashing(Ch3()))
+		before := pickAll(t, ss, 2000)
+		for k, a := range before {
+			require.Equal(t, fmt.Sprintf("10.0.0.%d:11211", ch3Of(k, 4)+1), a, k)
+		}
+		f.waitWatch(1).apply("MODIFIED", pods("10.0.0.1", "", "10.0.0.3", "10.0.0.4"))
+		waitServers(t, ss, hostports("10.0.0.1", "10.0.0.3", "10.0.0.4")...)
+		spread := map[string]int{}
+		for k, a := range pickAll(t, ss, 2000) {
+			if before[k] == "10.0.0.2:11211" {
+				spread[a]++
+			} else {
+				require.Equal(t, before[k], a, "%s moved off a server that stayed", k)
+			}
+		}
+		require.Len(t, spread, 3, "the hole's keys spread over the others")
+	})
+	t.Run("errors", func(t *testing.T) {
+		f := newFakeAPI(t)
+		f.put(v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")))
+		rec := &recLogger{t: t}
+		ss := start(t, f, WithHashing(Ch3()), WithLogger(rec))
+		require.Empty(t, ss.Servers(), "servers without ordinals are refused")
+		eventually(t, "the error logged", func() bool { return rec.has("has no ordinal") })
+	})
+}
+
+// TestSetHashingErrors: a Hashing that cannot work, or one set too late,
+// is an error that says why.
+func TestSetHashingErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    Hashing
+		want string
+	}{
+		{"weights for ch3", Ch3().WithWeights(map[string]int{"a:1": 2}), "WithWeights is for Ketama"},
+		{"hostnames for the own ring", Hashing{}.ByHostname("x"), "ByHostname and WithWeights are for Ketama or Ch3"},
+		{"a zero weight", Ketama().WithWeights(map[string]int{"10.0.0.1:11211": 0}), "weighs 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorContains(t, new(ServerList).SetHashing(tc.h), tc.want)
+		})
+	}
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers("10.0.0.1:11211"))
+	require.ErrorContains(t, ss.SetHashing(Ketama()), "has servers already")
+}
+
+// TestClientHashingModes: a Client of each mode writes each key where the
+// mode puts it, and fails over from a dead server as it does on the
+// library's ring: no error, and the keys of the servers that stay where
+// they were.
+func TestClientHashingModes(t *testing.T) {
+	for name, h := range map[string]Hashing{"ketama": Ketama(), "ch3": Ch3()} {
+		t.Run(name, func(t *testing.T) {
+			ms := startMemcached(t, 3)
+			ss := new(ServerList)
+			require.NoError(t, ss.SetHashing(h))
+			require.NoError(t, ss.SetServers(addrsOf(ms)...))
+			c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300*time.Millisecond))
+			require.NoError(t, err)
+			defer c.Close()
+			owner := map[string]string{}
+			for i := range 300 {
+				k := fmt.Sprint("m", i)
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+				a, _ := ss.PickServer(k)
+				owner[k] = a.String()
+				_, err := direct(a.String()).Get(k)
+				require.NoError(t, err, "%s not at %s, its server under the mode", k, a)
+			}
+			ms[0].kill()
+			for k, a := range owner {
+				it, err := c.Get(k)
+				if a == ms[0].addr {
+					require.True(t, err == nil || errors.Is(err, memcache.ErrCacheMiss), "%s: %v", k, err)
+					require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}), k)
+					continue
+				}
+				require.NoError(t, err, "%s at %s, which stayed", k, a)
+				require.Equal(t, k, string(it.Value))
+			}
+		})
+	}
+}

@@ -1,0 +1,89 @@
+package selector
+
+import (
+	"cmp"
+	"crypto/md5"
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// libmemcached's weighted ketama (libmemcached/hosts.cc,
+// update_continuum), which php-memcached's OPT_LIBKETAMA_COMPATIBLE and
+// twemproxy's ketama (nc_ketama.c) compute alike. The vectors of
+// libmemcached's ketama test are in ketama_test.go.
+
+const ketamaPointsPerServer = 160 // MEMCACHED_POINTS_PER_SERVER_KETAMA
+
+// continuum is a ketama ring: its points sorted by value, each with its
+// member's index.
+type continuum struct {
+	value  []uint32
+	member []uint32
+}
+
+// newContinuum returns the continuum of servers with the given names and
+// weights (0 counts as 1), as libmemcached builds it over its live servers.
+func newContinuum(names []string, weights []uint32) *continuum {
+	var total uint64
+	for _, w := range weights {
+		total += uint64(max(w, 1))
+	}
+	type point struct{ value, member uint32 }
+	var pts []point
+	buf := make([]byte, 0, 64)
+	for i, name := range names {
+		// (float)(pct * 160 / 4 * (float)live + 0.0000000001), in float32
+		// as C computes it on amd64, then floored: a weight's points are
+		// these float32 roundings, not the exact quotient.
+		pct := float32(max(weights[i], 1)) / float32(total)
+		v := float32(float32(pct*ketamaPointsPerServer)/4) * float32(len(names))
+		digests := int(math.Floor(float64(float32(float64(v) + 0.0000000001))))
+		host := strings.TrimSuffix(name, ":11211") // "host-i" on the default port, else "host:port-i"
+		for d := range digests {
+			buf = strconv.AppendInt(append(append(buf[:0], host...), '-'), int64(d), 10)
+			sum := md5.Sum(buf)
+			for a := range 4 {
+				pts = append(pts, point{binary.LittleEndian.Uint32(sum[4*a:]), uint32(i)})
+			}
+		}
+	}
+	slices.SortFunc(pts, func(a, b point) int { return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(a.member, b.member)) })
+	c := &continuum{value: make([]uint32, len(pts)), member: make([]uint32, len(pts))}
+	for i, p := range pts {
+		c.value[i], c.member[i] = p.value, p.member
+	}
+	return c
+}
+
+// at returns the index of the point that a key of hash h goes to: the
+// first at or after h, or past the last, the first (libmemcached's
+// dispatch_host).
+func (c *continuum) at(h uint32) int {
+	lo, hi := 0, len(c.value)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if c.value[mid] < h {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == len(c.value) {
+		return 0
+	}
+	return lo
+}
+
+// owner returns the member index for hash h.
+func (c *continuum) owner(h uint64) uint32 { return c.member[c.at(uint32(h))] }
+
+// next returns the index of the point after i, around the ring.
+func (c *continuum) next(i int) int {
+	if i++; i == len(c.value) {
+		return 0
+	}
+	return i
+}
