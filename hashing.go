@@ -90,7 +90,7 @@ func (h Hashing) WithWeights(w map[string]int) Hashing {
 // WithHashing sets how keys are mapped to the servers (default: the
 // library's own ring; see Hashing).
 func WithHashing(h Hashing) Option {
-	return func(o *options) { o.hashing = h }
+	return func(o *options) { o.hashing = h.clone() }
 }
 
 // SetHashing sets how a ServerList for SetServers maps keys: call it on the
@@ -105,7 +105,7 @@ func (ss *ServerList) SetHashing(h Hashing) error {
 	if ss.ring.Load() != nil || ss.w != nil {
 		return errors.New("selector: SetHashing: the ServerList has servers already; set the hashing first (NewServerList: WithHashing)")
 	}
-	ss.hashing = h
+	ss.hashing = h.clone()
 	return nil
 }
 

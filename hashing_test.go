@@ -204,3 +204,11 @@ func TestClientHashingModes(t *testing.T) {
 		})
 	}
 }
+
+func TestWithHashingErrors(t *testing.T) {
+	f := newFakeAPI(t)
+	_, err := newServerList(t, f, "memcache:11211", WithHashing(Ch3().WithWeights(map[string]int{"x:1": 2})))
+	require.ErrorContains(t, err, "WithHashing: WithWeights is for Ketama")
+	_, err = newServerList(t, f, "memcache:11211", WithHashing(Ketama()), WithPointsPerServer(100))
+	require.ErrorContains(t, err, "WithPointsPerServer is for the library's own ring")
+}

@@ -55,6 +55,10 @@ func newOptions(opt []Option) (options, error) {
 		return o, o.clientErr
 	case o.points < 0 || o.points > maxPoints:
 		return o, fmt.Errorf("WithPointsPerServer(%d): want 1 to %d, or 0 for the default", o.points, maxPoints)
+	case o.hashing.check() != nil:
+		return o, fmt.Errorf("WithHashing: %w", o.hashing.check())
+	case o.hashing.mode != ownRing && o.points != 0:
+		return o, errors.New("WithPointsPerServer is for the library's own ring: Ketama has 160 points a server, as the other clients, and Ch3 none")
 	}
 	switch strings.ToLower(o.family) {
 	case "":
