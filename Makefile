@@ -9,8 +9,11 @@ GO ?= go
 test: unit e2e
 
 # The unit tests check the proxy-tier paths (internal/proxybench) against
-# real memcached and nutcracker: test-deps installs them, and
-# SELECTOR_REQUIRE_PEERS makes their absence a failure, not a skip.
+# real memcached and nutcracker, and Ketama against live peers
+# (interop_test.go): php-memcached under php-cli, nutcracker, and
+# libmemcached through a C program the test compiles (libmemcached-dev,
+# and gcc and libc6-dev, which -race needs anyway). test-deps installs
+# what is missing, and SELECTOR_REQUIRE_PEERS makes their absence a failure, not a skip.
 unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...
 	cd examples && $(GO) build ./...
@@ -20,6 +23,11 @@ test-deps:
 	@missing=(); \
 	command -v memcached >/dev/null 2>&1 || missing+=(memcached); \
 	command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker); \
+	command -v php >/dev/null 2>&1 || missing+=(php-cli); \
+	php -r 'exit(class_exists("Memcached") ? 0 : 1);' >/dev/null 2>&1 || missing+=(php-memcached); \
+	[ -e /usr/include/libmemcached/memcached.h ] || missing+=(libmemcached-dev); \
+	command -v memcping >/dev/null 2>&1 || missing+=(libmemcached-tools); \
+	command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev); \
 	if [ $${#missing[@]} -eq 0 ]; then exit 0; fi; \
 	[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { echo "test-deps: $${missing[*]} missing; install them (Debian: apt-get install $${missing[*]}), or run as root"; exit 1; }; \
 	echo "test-deps: installing $${missing[*]} (apt-get)"; \

@@ -1,0 +1,63 @@
+<?php
+// A php-memcached peer for interop_test.go:
+//
+//   php peer.php SERVERS write|read PREFIX COUNT
+//
+// SERVERS is host:port:weight,... . write sets PREFIX0 .. PREFIX(COUNT-1),
+// each to its own key as the value; read gets them and prints how many it
+// found with the right value. It exits non-zero on any other error.
+if ($argc != 5) {
+    fwrite(STDERR, "usage: php peer.php host:port:weight,... write|read PREFIX COUNT\n");
+    exit(2);
+}
+[, $list, $mode, $prefix, $count] = $argv;
+$count = (int)$count;
+$hits = 0;
+
+$m = new Memcached();
+// The mode under test: libmemcached's weighted ketama, md5 keys.
+$m->setOption(Memcached::OPT_LIBKETAMA_COMPATIBLE, true);
+// Defaults that would change the bytes on the wire: values over 2000 bytes
+// are compressed (ours are short, but say so), and a prefix would change
+// the keys that are hashed. Strings are stored as they are, with flags 0,
+// whatever the serializer, which gomemcache reads and writes as plain bytes.
+$m->setOption(Memcached::OPT_COMPRESSION, false);
+$m->setOption(Memcached::OPT_PREFIX_KEY, "");
+$m->setOption(Memcached::OPT_BINARY_PROTOCOL, false);
+$servers = [];
+foreach (explode(",", $list) as $s) {
+    [$host, $port, $weight] = explode(":", $s);
+    $servers[] = [$host, (int)$port, (int)$weight];
+}
+if (!$m->addServers($servers)) {
+    fwrite(STDERR, "addServers: " . $m->getResultMessage() . "\n");
+    exit(1);
+}
+
+$keys = [];
+for ($i = 0; $i < $count; $i++) {
+    $keys[] = $prefix . $i;
+}
+// In batches, so that no request is huge.
+foreach (array_chunk($keys, 500) as $batch) {
+    if ($mode === "write") {
+        if (!$m->setMulti(array_combine($batch, $batch))) {
+            fwrite(STDERR, "setMulti: " . $m->getResultMessage() . "\n");
+            exit(1);
+        }
+        continue;
+    }
+    $got = $m->getMulti($batch);
+    if ($got === false) {
+        fwrite(STDERR, "getMulti: " . $m->getResultMessage() . "\n");
+        exit(1);
+    }
+    foreach ($got as $k => $v) {
+        if ($v === $k) {
+            $hits++;
+        }
+    }
+}
+if ($mode === "read") {
+    echo (int)$hits, "\n";
+}
