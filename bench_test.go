@@ -228,3 +228,36 @@ func BenchmarkNoOpEvent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickServerModes: PickServer under each Hashing beside the
+// library's own ring and gomemcache's, over the same servers and keys (not
+// part of make bench's report; run it with -bench PickServerModes).
+func BenchmarkPickServerModes(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		sels := benchSelectors(b, n)
+		for _, m := range []struct {
+			name string
+			h    Hashing
+		}{{"ketama", Ketama()}, {"ch3", Ch3()}} {
+			ss := new(ServerList)
+			if err := ss.SetHashing(m.h); err != nil {
+				b.Fatal(err)
+			}
+			if err := ss.SetServers(benchAddrs(n)...); err != nil {
+				b.Fatal(err)
+			}
+			sels = append(sels, struct {
+				name string
+				sel  memcache.ServerSelector
+			}{m.name, ss})
+		}
+		for _, s := range sels {
+			b.Run(fmt.Sprintf("servers=%d/impl=%s", n, s.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					s.sel.PickServer(benchKeys[i&benchKeyMask])
+				}
+			})
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -137,16 +138,10 @@ func (h *Hashing) sum(key string) uint64 {
 }
 
 // md5Key is libmemcached's hashkit_md5: the first 4 bytes of the key's md5,
-// little-endian. Keys up to 250 bytes (memcached's limit) are hashed from a
-// buffer on the stack, without allocating.
+// little-endian. md5.Sum only reads the bytes of key, which it is given in
+// place, without a copy or an allocation.
 func md5Key(key string) uint32 {
-	var buf [250]byte
-	var d [md5.Size]byte
-	if len(key) <= len(buf) {
-		d = md5.Sum(buf[:copy(buf[:], key)])
-	} else {
-		d = md5.Sum([]byte(key))
-	}
+	d := md5.Sum(unsafe.Slice(unsafe.StringData(key), len(key)))
 	return binary.LittleEndian.Uint32(d[:4])
 }
 

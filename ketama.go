@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,10 +19,13 @@ import (
 const ketamaPointsPerServer = 160 // MEMCACHED_POINTS_PER_SERVER_KETAMA
 
 // continuum is a ketama ring: its points sorted by value, each with its
-// member's index.
+// member's index, and an index of the points by their top bits, so that a
+// lookup searches the few points of one bucket rather than them all.
 type continuum struct {
 	value  []uint32
 	member []uint32
+	bucket []uint32 // bucket[b]: the first point whose value >> shift >= b
+	shift  uint
 }
 
 // newContinuum returns the continuum of servers with the given names and
@@ -55,6 +59,16 @@ func newContinuum(names []string, weights []uint32) *continuum {
 	for i, p := range pts {
 		c.value[i], c.member[i] = p.value, p.member
 	}
+	// About one bucket a point, 2^8 to 2^16 of them.
+	b := min(max(bits.Len(uint(len(pts))), 8), 16)
+	c.shift = uint(32 - b)
+	c.bucket = make([]uint32, 1<<b+1)
+	for i, j := 0, 0; i < len(c.bucket); i++ {
+		for j < len(c.value) && uint64(c.value[j])>>c.shift < uint64(i) {
+			j++
+		}
+		c.bucket[i] = uint32(j)
+	}
 	return c
 }
 
@@ -62,7 +76,8 @@ func newContinuum(names []string, weights []uint32) *continuum {
 // first at or after h, or past the last, the first (libmemcached's
 // dispatch_host).
 func (c *continuum) at(h uint32) int {
-	lo, hi := 0, len(c.value)
+	b := h >> c.shift
+	lo, hi := int(c.bucket[b]), int(c.bucket[b+1]) // the answer is in [lo, hi]
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if c.value[mid] < h {

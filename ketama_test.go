@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/binary"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,5 +132,34 @@ func TestKetamaNames(t *testing.T) {
 			d := md5.Sum([]byte(tc.want))
 			require.Contains(t, c.value, binary.LittleEndian.Uint32(d[:4]))
 		})
+	}
+}
+
+// TestContinuumLookup: the bucketed search finds what a plain lower bound
+// over all the points finds, wrapping around past the last.
+func TestContinuumLookup(t *testing.T) {
+	for _, n := range []int{1, 2, 7, 100, 1000} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = "10.1.0." + strconv.Itoa(i) + ":11211"
+		}
+		c := newContinuum(names, make([]uint32, n))
+		ref := func(h uint32) int {
+			i, _ := slices.BinarySearch(c.value, h)
+			if i == len(c.value) {
+				return 0
+			}
+			return i
+		}
+		hs := []uint32{0, 1, ^uint32(0), c.value[0], c.value[len(c.value)-1], c.value[len(c.value)-1] + 1}
+		for i := range 20000 {
+			hs = append(hs, md5Key(strconv.Itoa(i)))
+		}
+		for _, v := range c.value[:min(len(c.value), 500)] {
+			hs = append(hs, v-1, v, v+1)
+		}
+		for _, h := range hs {
+			require.Equal(t, ref(h), c.at(h), "%d servers, hash %d", n, h)
+		}
 	}
 }
