@@ -181,3 +181,31 @@ func ExampleAcrossServices() {
 	}
 	defer c.Close()
 }
+
+// Sharing memcached with PHP (php-memcached with OPT_LIBKETAMA_COMPATIBLE),
+// libmemcached or twemproxy (ketama, md5): the same servers, under the same
+// names, give every key the same server.
+func ExampleKetama() {
+	var ss selector.ServerList
+	if err := ss.SetHashing(selector.Ketama()); err != nil {
+		log.Fatal(err)
+	}
+	if err := ss.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"); err != nil {
+		log.Fatal(err)
+	}
+	a, _ := ss.PickServer("user:42")
+	fmt.Println(a) // as PHP's $m->getServerByKey("user:42") over the same servers
+	// Output: 10.0.0.1:11211
+}
+
+// Beside an mcrouter pool of a StatefulSet's pods: Ch3 places each pod at
+// its ordinal, as the pool's list has them.
+func ExampleCh3() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := selector.NewClient(ctx, "memcache-headless:11211", selector.WithHashing(selector.Ch3()))
+	if err != nil {
+		log.Fatalf("discovering memcached: %v", err)
+	}
+	defer c.Close()
+}

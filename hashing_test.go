@@ -190,6 +190,24 @@ func TestClientHashingModes(t *testing.T) {
 				_, err := direct(a.String()).Get(k)
 				require.NoError(t, err, "%s not at %s, its server under the mode", k, a)
 			}
+			// A fourth server: the keys that move to it are handed off, read
+			// where they were, so every one is still found.
+			extra := startMemcached(t, 1)[0]
+			require.NoError(t, ss.SetServers(append(addrsOf(ms), extra.addr)...))
+			eventually(t, "the Client to follow", func() bool { return c.rt.Load().base == ss.ring.Load() })
+			moved := 0
+			for k := range owner {
+				if a, _ := ss.PickServer(k); a.String() == extra.addr {
+					moved++
+					it, err := c.Get(k)
+					require.NoError(t, err, "%s, moved to the new server, not handed off", k)
+					require.Equal(t, k, string(it.Value))
+				}
+			}
+			require.NotZero(t, moved, "keys moved to the new server")
+			require.NoError(t, ss.SetServers(addrsOf(ms)...))
+			eventually(t, "the Client to follow", func() bool { return c.rt.Load().base == ss.ring.Load() })
+
 			ms[0].kill()
 			for k, a := range owner {
 				it, err := c.Get(k)
@@ -211,4 +229,34 @@ func TestWithHashingErrors(t *testing.T) {
 	require.ErrorContains(t, err, "WithHashing: WithWeights is for Ketama")
 	_, err = newServerList(t, f, "memcache:11211", WithHashing(Ketama()), WithPointsPerServer(100))
 	require.ErrorContains(t, err, "WithPointsPerServer is for the library's own ring")
+}
+
+// TestZonedPoolKetama: the rings of a pool's groups have the list's mode:
+// in each zone, a key is where Ketama over that zone's servers puts it.
+func TestZonedPoolKetama(t *testing.T) {
+	ms := startMemcached(t, 4)
+	members, err := staticMembers(addrsOf(ms))
+	require.NoError(t, err)
+	zone := map[string]string{ms[0].addr: "a", ms[1].addr: "a", ms[2].addr: "b", ms[3].addr: "b"}
+	for i := range members {
+		members[i].zone = zone[members[i].addr.str]
+	}
+	ss := &ServerList{hashing: Ketama()}
+	_, _, err = ss.update(members)
+	require.NoError(t, err)
+	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithPool(ByZone("a")))
+	require.NoError(t, err)
+	defer c.Close()
+	for _, pair := range [][]*memcached{ms[:2], ms[2:]} {
+		ref := new(ServerList)
+		require.NoError(t, ref.SetHashing(Ketama()))
+		require.NoError(t, ref.SetServers(addrsOf(pair)...))
+		for i := range 100 {
+			k := fmt.Sprint("zk", i)
+			require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+			a, _ := ref.PickServer(k)
+			_, err := direct(a.String()).Get(k)
+			require.NoError(t, err, "%s not at %s, Ketama's server in its zone", k, a)
+		}
+	}
 }

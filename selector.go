@@ -76,7 +76,9 @@ var _ memcache.ServerSelector = (*ServerList)(nil)
 // publishes it atomically, so a reader never sees a half-updated ring.
 //
 // The zero value is an empty list ready for SetServers. NewServerList returns
-// one that Kubernetes keeps current until Close.
+// one that Kubernetes keeps current until Close. Keys are mapped by the
+// library's own ring unless WithHashing (or SetHashing) chooses the mapping
+// of other clients of the same servers: see Hashing.
 type ServerList struct {
 	ring atomic.Pointer[ring]
 
