@@ -16,6 +16,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -47,10 +48,20 @@ func (e *env) runPodsAt(prefix string, start, n int, spec cluster.PodSpec) []*cl
 // deleteAllPods deletes every pod of the env's namespace at once, in one
 // call, as a kubelet would after their containers stopped. It is for pods
 // without processes (runPodsAt with NoProcess).
+//
+// Deleting a thousand pods can outlast the API server's 60 s request timeout
+// on a busy machine; the deletes done stay done, so it is asked again.
 func (e *env) deleteAllPods() error {
 	grace := int64(0)
-	return e.client.CoreV1().Pods(e.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &grace},
-		metav1.ListOptions{LabelSelector: "app=" + appLabel})
+	var err error
+	for range 5 {
+		err = e.client.CoreV1().Pods(e.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &grace},
+			metav1.ListOptions{LabelSelector: "app=" + appLabel})
+		if err == nil || !apierrors.IsTimeout(err) && !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "deadline exceeded") {
+			return err
+		}
+	}
+	return err
 }
 
 // forEach runs f(i) for i in [0, n), 16 at a time, and returns the errors.
