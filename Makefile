@@ -38,7 +38,7 @@ vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
 
-e2e:
+e2e: test-deps
 	bash e2e/run.sh
 
 demo:

@@ -1,13 +1,16 @@
 <?php
 // A php-memcached peer for interop_test.go:
 //
-//   php peer.php SERVERS write|read PREFIX COUNT
+//   php peer.php SERVERS write|read|locate PREFIX COUNT
 //
 // SERVERS is host:port:weight,... . write sets PREFIX0 .. PREFIX(COUNT-1),
 // each to its own key as the value; read gets them and prints how many it
-// found with the right value. It exits non-zero on any other error.
+// found with the right value; locate prints each key's server, key TAB
+// host:port a line, from php-memcached's getServerByKey, which connects to
+// nothing (so the servers may be names no DNS resolves here). It exits
+// non-zero on any other error.
 if ($argc != 5) {
-    fwrite(STDERR, "usage: php peer.php host:port:weight,... write|read PREFIX COUNT\n");
+    fwrite(STDERR, "usage: php peer.php host:port:weight,... write|read|locate PREFIX COUNT\n");
     exit(2);
 }
 [, $list, $mode, $prefix, $count] = $argv;
@@ -37,6 +40,13 @@ if (!$m->addServers($servers)) {
 $keys = [];
 for ($i = 0; $i < $count; $i++) {
     $keys[] = $prefix . $i;
+}
+if ($mode === "locate") {
+    foreach ($keys as $k) {
+        $s = $m->getServerByKey($k);
+        echo $k, "\t", $s["host"], ":", $s["port"], "\n";
+    }
+    exit(0);
 }
 // In batches, so that no request is huge.
 foreach (array_chunk($keys, 500) as $batch) {
