@@ -2,6 +2,7 @@ package selector
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -75,4 +76,42 @@ func TestRoutingKey(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, routingKey(tc.key), tc.key)
 	}
+}
+
+// FuzzCh3: furc is an index below m for any key and m, and a hole never
+// swallows a key: a ring with holes gives every key a member.
+func FuzzCh3(f *testing.F) {
+	f.Add("sample", uint32(100), uint8(3))
+	f.Add("", uint32(maxCh3), uint8(0))
+	f.Fuzz(func(t *testing.T, key string, m uint32, hole uint8) {
+		m = m%maxCh3 + 1
+		if got := furc(murmur64A(key), m); got >= m {
+			t.Fatalf("furc(%q, %d) = %d", key, m, got)
+		}
+		n := int(m%64) + 2
+		pos := make([]int, 0, n)
+		for p := range n {
+			if p != int(hole)%n {
+				pos = append(pos, p)
+			}
+		}
+		r := newCh3(pos)
+		if o := r.owner(murmur64A(key)); int(o) >= len(pos) {
+			t.Fatalf("owner %d of %d members", o, len(pos))
+		}
+	})
+}
+
+// FuzzRoutingKey: the routing key is a part of the key, without a hash
+// stop.
+func FuzzRoutingKey(f *testing.F) {
+	for _, k := range []string{"plain", "/region/cluster/foo|#|bar", "/a/", "|#|"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		rk := routingKey(key)
+		if !strings.Contains(key, rk) || strings.Contains(rk, "|#|") || len(rk) > len(key) {
+			t.Fatalf("routingKey(%q) = %q", key, rk)
+		}
+	})
 }
