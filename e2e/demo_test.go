@@ -25,7 +25,8 @@ var demoApp = flag.String("e2e.demo-app", ".bin/demo-app", "the examples/demo bi
 // test checks the summary the program writes with -summary-json, for both
 // paths of its traffic (memcache.NewFromSelector and selector.Client), and
 // that its output shows them: the rows of the rolling restart and the kill,
-// and the summary's line on the Client.
+// and the summary's line on the Client; and the step in which a whole zone
+// is lost (checkDemoZone).
 func TestDemo(t *testing.T) {
 	dumpLogsOnFailure(t)
 	app, err := filepath.Abs(*demoApp)
@@ -136,7 +137,9 @@ func TestDemo(t *testing.T) {
 			k.ServersAfter, ks.Restarted.Requests, kc.Restarted.Requests)
 	}
 
+	checkDemoZone(t, s)
 	checkDemoOutput(t, out.String(), s)
+	checkDemoZoneOutput(t, out.String(), s)
 }
 
 // checkDemoOutput checks that the demo printed the rows of both paths in
@@ -192,6 +195,7 @@ func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 // demoSummary is the part of examples/demo's -summary-json the test reads.
 type demoSummary struct {
+	Keys              int     `json:"keys"`
 	ServersDiscovered int     `json:"servers_discovered"`
 	ServersAfterScale int     `json:"servers_after_scale"`
 	RingHitRate       float64 `json:"ring_hit_rate"`
@@ -207,6 +211,7 @@ type demoSummary struct {
 		Selector     demoKillCounts `json:"selector"`
 		Client       demoKillCounts `json:"client"`
 	} `json:"kill"`
+	Zone demoZone `json:"zone"`
 }
 
 type demoRollCounts struct {
@@ -222,6 +227,7 @@ type demoKillCounts struct {
 
 type demoCounts struct {
 	Requests      int64   `json:"requests"`
+	Hits          int64   `json:"hits"`
 	Errors        int64   `json:"errors"`
 	RoutingErrors int64   `json:"routing_errors"`
 	HitRate       float64 `json:"hit_rate"`

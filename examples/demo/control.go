@@ -40,6 +40,28 @@ func (c control) do(path string) (string, error) {
 // memcache.ServerList. It lists the EndpointSlices itself, with the same
 // ServiceAccount, until it finds want addresses.
 func serversInAPIOrder(c config, want int) ([]string, error) {
+	eps, err := readyEndpoints(c, want)
+	if err != nil {
+		return nil, err
+	}
+	var got []string
+	for _, ep := range eps {
+		got = append(got, ep.addr)
+	}
+	return got, nil
+}
+
+// endpoint is a ready address of the Service, as its EndpointSlices list it.
+type endpoint struct {
+	addr string // ip:port
+	pod  string // targetRef.name
+	zone string // its node's zone, which the EndpointSlice controller fills in
+}
+
+// readyEndpoints lists the Service's EndpointSlices, with the program's
+// ServiceAccount, until they have want ready addresses, and returns them in
+// the order the API lists them.
+func readyEndpoints(c config, want int) ([]endpoint, error) {
 	host, port, err := net.SplitHostPort(c.service)
 	if err != nil {
 		return nil, err
@@ -59,7 +81,7 @@ func serversInAPIOrder(c config, want int) ([]string, error) {
 	u := fmt.Sprintf("%s/apis/discovery.k8s.io/v1/namespaces/%s/endpointslices?labelSelector=%s",
 		c.api, namespace, url.QueryEscape("kubernetes.io/service-name="+service))
 
-	var got []string
+	var got []endpoint
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		token, err := os.ReadFile(c.token)
 		if err != nil {
@@ -81,6 +103,10 @@ func serversInAPIOrder(c config, want int) ([]string, error) {
 					Conditions struct {
 						Ready *bool `json:"ready"`
 					} `json:"conditions"`
+					Zone      string `json:"zone"`
+					TargetRef struct {
+						Name string `json:"name"`
+					} `json:"targetRef"`
 				} `json:"endpoints"`
 			} `json:"items"`
 		}
@@ -94,7 +120,7 @@ func serversInAPIOrder(c config, want int) ([]string, error) {
 			for _, ep := range slice.Endpoints {
 				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 					for _, a := range ep.Addresses {
-						got = append(got, net.JoinHostPort(a, port))
+						got = append(got, endpoint{addr: net.JoinHostPort(a, port), pod: ep.TargetRef.Name, zone: ep.Zone})
 					}
 				}
 			}

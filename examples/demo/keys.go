@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,7 +13,13 @@ import (
 	selector "github.com/kubecache/k8s-memcache-selector"
 )
 
-// writeKeys sets prefix/0 ... prefix/n-1, from 8 goroutines.
+// key is the i-th key of a path. Its prefix ends with a separator: ring/,
+// client/ and so on, but sharded: and zoned: in the zone step, where
+// memcached's per-prefix counters, which end a prefix at the first ':',
+// must tell the paths apart (see detailStats).
+func key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+
+// writeKeys sets the keys 0 ... n-1 of prefix, from 8 goroutines.
 func writeKeys(mc cache, prefix string, n int) error {
 	const workers = 8
 	errs := make([]error, workers)
@@ -20,7 +27,7 @@ func writeKeys(mc cache, prefix string, n int) error {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n && errs[w] == nil; i += workers {
-				errs[w] = mc.Set(&memcache.Item{Key: fmt.Sprintf("%s/%d", prefix, i), Value: []byte("value")})
+				errs[w] = mc.Set(&memcache.Item{Key: key(prefix, i), Value: []byte("value")})
 			}
 		})
 	}
@@ -28,14 +35,14 @@ func writeKeys(mc cache, prefix string, n int) error {
 	return errors.Join(errs...)
 }
 
-// readBack reads prefix/0 ... prefix/n-1 (GetMulti, 100 at a time) and
+// readBack reads the keys 0 ... n-1 of prefix (GetMulti, 100 at a time) and
 // returns how many it found.
 func readBack(mc cache, prefix string, n int) (int, error) {
 	found := 0
 	for i := 0; i < n; i += 100 {
 		var keys []string
 		for j := i; j < min(i+100, n); j++ {
-			keys = append(keys, fmt.Sprintf("%s/%d", prefix, j))
+			keys = append(keys, key(prefix, j))
 		}
 		items, err := mc.GetMulti(keys)
 		if err != nil {
@@ -46,12 +53,12 @@ func readBack(mc cache, prefix string, n int) (int, error) {
 	return found, nil
 }
 
-// spread prints how the keys prefix/0 ... prefix/n-1 spread over the
+// spread prints how the keys 0 ... n-1 of prefix spread over the
 // servers: PickServer is what memcache.Client asks for each key.
 func (o *output) spread(ss *selector.ServerList, prefix string, n int) error {
 	perServer := map[string]int{}
 	for i := range n {
-		addr, err := ss.PickServer(fmt.Sprintf("%s/%d", prefix, i))
+		addr, err := ss.PickServer(key(prefix, i))
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -33,10 +32,12 @@ type cache interface {
 }
 
 // load is steady cache-aside traffic through one path (a client) over the
-// keys prefix/0 ... prefix/n-1: a Get of a random key, and a Set of it
+// keys 0 ... n-1 of prefix: a Get of a random key, and a Set of it
 // after a miss. It counts requests, hits and errors in windows: each
 // request counts, once done, in the window current when it started (so
-// that one still running when its window ends does not count as a miss).
+// that one still running when its window ends does not count as a miss),
+// and a window that ended is read once those are done (settle), so that
+// what a table prints is what the summary adds up.
 type load struct {
 	name   string // the path, as the tables show it
 	cache  cache
@@ -55,6 +56,15 @@ type window struct {
 	took                          time.Duration // set when it ends
 	reqs, hits, errs, routingErrs atomic.Int64
 	logged                        atomic.Int32
+	running                       atomic.Int64 // requests started in it and not done
+}
+
+// settle waits until the requests of a window that ended are done, for at
+// most a Get and a Set that time out (then it counts what it has).
+func (w *window) settle() {
+	for deadline := time.Now().Add(5 * time.Second); w.running.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (w *window) requests() int64 { return w.reqs.Load() }
@@ -81,7 +91,7 @@ func startLoad(name string, mc cache, prefix string, keys int, log *slog.Logger)
 				case <-ctx.Done():
 					return
 				case <-tick.C:
-					l.once(fmt.Sprintf("%s/%d", l.prefix, rand.IntN(l.keys)))
+					l.once(key(l.prefix, rand.IntN(l.keys)))
 				}
 			}
 		})
@@ -109,7 +119,19 @@ func (l *load) stop() {
 }
 
 func (l *load) once(key string) {
-	w := l.cur.Load()
+	// Counted as running in the current window, checked to be current
+	// still: a window that ended before this request started counts none
+	// of it, and settle waits for all that it counts.
+	var w *window
+	for {
+		w = l.cur.Load()
+		w.running.Add(1)
+		if l.cur.Load() == w {
+			break
+		}
+		w.running.Add(-1)
+	}
+	defer w.running.Add(-1)
 	_, err := l.cache.Get(key)
 	if err == nil {
 		w.hits.Add(1)

@@ -6,7 +6,10 @@
 // paths over the same ServerList, each with keys of its own:
 // memcache.NewFromSelector ("selector only") and a selector.Client, which
 // fails over from a dead server and hands moved keys off. The tables show
-// each path's errors and hit rate side by side.
+// each path's errors and hit rate side by side. Then a whole zone is lost,
+// and the paths are a sharded selector.Client and one with a zoned pool
+// (selector.WithPool(selector.ByZone(zone))), which keeps a copy of each
+// key in every zone.
 //
 // `make demo` runs it on a control plane on this machine (e2e/cmd/demo). It
 // is an ordinary client of the library, outside the cluster: it reaches the
@@ -20,6 +23,7 @@
 //	POST /roll-next         replace the oldest pod, as a rolling update does; answers when done
 //	POST /kill              SIGKILL memcached in one pod; answers at once, and the pod turns
 //	                        NotReady a moment later, as a failing readiness probe would
+//	POST /kill-zone?zone=Z  the same for every pod of zone Z at once, as in a zone's outage
 //
 // Each answers with one line saying what it did.
 package main
@@ -114,10 +118,10 @@ func run(c config) error {
 
 	// 2. Each key goes to the pod that owns it on the ring.
 	out.chapter("2. Write %s keys", count(c.keys))
-	if err := writeKeys(cache, "ring", c.keys); err != nil {
+	if err := writeKeys(cache, "ring/", c.keys); err != nil {
 		return err
 	}
-	if err := out.spread(ss, "ring", c.keys); err != nil {
+	if err := out.spread(ss, "ring/", c.keys); err != nil {
 		return err
 	}
 	// For comparison: memcache.ServerList, crc32(key) % N over the pods in
@@ -127,7 +131,7 @@ func run(c config) error {
 		return err
 	}
 	moduloCache := memcache.NewFromSelector(&modulo)
-	if err := writeKeys(moduloCache, "modulo", c.keys); err != nil {
+	if err := writeKeys(moduloCache, "modulo/", c.keys); err != nil {
 		return err
 	}
 	out.say("The same keys also went through memcache.ServerList (modulo hashing, crc32(key) %% %d over", pods)
@@ -148,11 +152,11 @@ func run(c config) error {
 	}
 	pods = len(ss.Servers())
 	sum.ServersAfterScale = pods
-	ringHits, err := readBack(cache, "ring", c.keys)
+	ringHits, err := readBack(cache, "ring/", c.keys)
 	if err != nil {
 		return err
 	}
-	moduloHits, err := readBack(moduloCache, "modulo", c.keys)
+	moduloHits, err := readBack(moduloCache, "modulo/", c.keys)
 	if err != nil {
 		return err
 	}
@@ -169,25 +173,26 @@ func run(c config) error {
 	// 4. Replace every pod, one by one, while traffic flows: through cache,
 	// and through a selector.Client over the same ServerList.
 	out.chapter("4. Restart every pod, as a Deployment's rolling update does")
-	client, err := selector.NewClientFromList(ss,
+	clientOpts := []selector.Option{
 		selector.WithTimeout(cache.Timeout),
 		selector.WithMaxIdleConns(cache.MaxIdleConns),
 		selector.WithSlog(logger),
-	)
+	}
+	client, err := selector.NewClientFromList(ss, clientOpts...)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	// Both start warm: every key written (scaling up left the ring's cold).
-	if err := writeKeys(cache, "ring", c.keys); err != nil {
+	if err := writeKeys(cache, "ring/", c.keys); err != nil {
 		return err
 	}
-	if err := writeKeys(client, "client", c.keys); err != nil {
+	if err := writeKeys(client, "client/", c.keys); err != nil {
 		return err
 	}
-	selectorOnly := startLoad("selector only", cache, "ring", c.keys, logger)
+	selectorOnly := startLoad("selector only", cache, "ring/", c.keys, logger)
 	defer selectorOnly.stop()
-	withClient := startLoad("selector.Client", client, "client", c.keys, logger)
+	withClient := startLoad("selector.Client", client, "client/", c.keys, logger)
 	defer withClient.stop()
 	out.say("Traffic all along, through two clients over the same ServerList, each with %s keys of its own:", count(c.keys))
 	out.say("  %-16s memcache.NewFromSelector(ss), as above (keys ring/...)", "selector only")
@@ -271,8 +276,18 @@ func run(c config) error {
 			plural(cl.Killed.Errors+cl.NotReady.Errors+cl.Restarted.Errors, "request", "failed"))
 	}
 
-	// 6. What it all comes to.
-	out.chapter("6. Summary")
+	// 6. A whole zone dies at once. The traffic of steps 4 and 5 stops: the
+	// step has clients of its own, and the machine may have 2 cores only.
+	selectorOnly.stop()
+	withClient.stop()
+	out.chapter("6. Lose a zone")
+	zs := zoneStep{out: out, c: c, control: control, ss: ss, ringChanged: ringChanged, opts: clientOpts, log: logger, sum: &sum.Zone}
+	if err := zs.run(); err != nil {
+		return err
+	}
+
+	// 7. What it all comes to.
+	out.chapter("7. Summary")
 	sum.print(out)
 	if c.summaryJSON != "" {
 		return sum.writeJSON(c.summaryJSON)

@@ -99,6 +99,7 @@ type trafficTable struct {
 	loads  []*load
 	ss     *selector.ServerList
 	cols   []column
+	extra  []func() string // the values of the columns withColumn added
 	header bool
 }
 
@@ -119,6 +120,16 @@ func (o *output) trafficTable(first string, ss *selector.ServerList, loads ...*l
 	return &trafficTable{o: o, loads: loads, ss: ss, cols: cols}
 }
 
+// withColumn adds a column after the last path's errors and hit rate, under
+// that path's name, for a figure the loads do not count: value returns it
+// when a row ends, for the time since the previous row (or since skip);
+// a live row leaves it blank.
+func (t *trafficTable) withColumn(name string, width int, value func() string) *trafficTable {
+	t.cols = append(t.cols, column{name, width})
+	t.extra = append(t.extra, value)
+	return t
+}
+
 // row runs f under the loads and prints a row for the time since the
 // previous one, labeled with label and what f returns: live while f runs
 // (on a terminal), then final. It returns the window that ended of each
@@ -129,10 +140,13 @@ func (t *trafficTable) row(label string, f func() (string, error)) ([]*window, e
 		t.header = true
 	}
 	servers := len(t.ss.Servers())
-	line := func(label string, ws []*window, took time.Duration) string {
+	line := func(label string, ws []*window, took time.Duration, extra []string) string {
 		values := []any{label, seconds(took), servers}
 		for _, w := range ws {
 			values = append(values, count(w.errors()), percent(w.hitRate()))
+		}
+		for _, e := range extra {
+			values = append(values, e)
 		}
 		return row(t.cols, values...)
 	}
@@ -141,7 +155,7 @@ func (t *trafficTable) row(label string, f func() (string, error)) ([]*window, e
 		for i, l := range t.loads {
 			ws[i] = l.current()
 		}
-		return line(label+" ...", ws, time.Since(ws[0].start))
+		return line(label+" ...", ws, time.Since(ws[0].start), make([]string, len(t.extra)))
 	}, f)
 	if err != nil {
 		return nil, err
@@ -150,18 +164,44 @@ func (t *trafficTable) row(label string, f func() (string, error)) ([]*window, e
 	for i, l := range t.loads {
 		ws[i] = l.next()
 	}
-	t.o.say("%s", line(strings.TrimSpace(label+" "+answer), ws, ws[0].took))
+	for _, w := range ws {
+		w.settle()
+	}
+	extra := make([]string, len(t.extra))
+	for i, value := range t.extra {
+		extra[i] = value()
+	}
+	t.o.say("%s", line(strings.TrimSpace(label+" "+answer), ws, ws[0].took, extra))
 	return ws, nil
 }
 
+// skip runs f between two rows, under the loads: its time counts in no
+// row, and the next one counts from when it returns.
+func (t *trafficTable) skip(f func() error) error {
+	if err := f(); err != nil {
+		return err
+	}
+	for _, l := range t.loads {
+		l.next()
+	}
+	for _, value := range t.extra {
+		value()
+	}
+	return nil
+}
+
 // printHeader prints the names of the paths, each right-aligned over its
-// errors and hit rate, and the columns' names.
+// errors and hit rate (the last also over the columns withColumn added),
+// and the columns' names.
 func (t *trafficTable) printHeader() {
 	paths := []column{{"", -(stepWidth + 2 + 5 + 2 + 7)}}
 	names := []any{""}
 	for _, l := range t.loads {
 		paths = append(paths, column{"", errorsWidth + 2 + rateWidth})
 		names = append(names, l.name)
+	}
+	for _, c := range t.cols[len(t.cols)-len(t.extra):] { // the last path's
+		paths[len(paths)-1].width += 2 + c.width
 	}
 	t.o.say("%s", row(paths, names...))
 	t.o.header(t.cols)

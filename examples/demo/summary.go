@@ -9,7 +9,8 @@ import (
 // summary is what the demo found; -summary-json writes it for the e2e test.
 // Under traffic (the rolling restart and the kill) it counts each path on
 // its own: "selector", memcache.NewFromSelector over the ServerList, and
-// "client", a selector.Client over the same ServerList.
+// "client", a selector.Client over the same ServerList; the zone step has
+// paths of its own (zoneSummary).
 type summary struct {
 	Keys              int     `json:"keys"`
 	ServersDiscovered int     `json:"servers_discovered"`
@@ -27,7 +28,60 @@ type summary struct {
 		Selector     killCounts `json:"selector"`
 		Client       killCounts `json:"client"`
 	} `json:"kill"`
-	LogFile string `json:"log_file"`
+	Zone    zoneSummary `json:"zone"`
+	LogFile string      `json:"log_file"`
+}
+
+// zoneSummary is the zone step: a whole zone lost, other than the
+// clients' own, through a sharded Client ("sharded") and a zoned pool
+// ("pool"), each with keys of its own.
+type zoneSummary struct {
+	ClientZone   string     `json:"client_zone"`
+	LostZone     string     `json:"lost_zone"`
+	Zones        int        `json:"zones"`
+	Servers      int        `json:"servers"`      // in the ring before the kill
+	ServersLost  int        `json:"servers_lost"` // the lost zone's
+	ServersDown  int        `json:"servers_down"` // in the ring while they were NotReady
+	ServersAfter int        `json:"servers_after"`
+	Sharded      zoneCounts `json:"sharded"`
+	Pool         zoneCounts `json:"pool"`
+	// The pass over the keys between the last two rows: the keys the
+	// sharded Client did not find (and set); and the pool's keys that the
+	// lost zone's memcached held before and after a client in that zone
+	// read each once (reads only), and those that client did not find.
+	ShardedPassMisses int `json:"sharded_pass_misses"`
+	LostZoneKeys      struct {
+		Back       int `json:"back"`
+		AfterPass  int `json:"after_pass"`
+		PassMisses int `json:"pass_misses"`
+	} `json:"lost_zone_keys"`
+}
+
+// zoneCounts are one path's requests in the zone step.
+type zoneCounts struct {
+	Before zonePhase `json:"before"` // a moment of traffic before the kill
+	Killed zonePhase `json:"killed"` // from the SIGKILL until the zone's pods left the ring
+	Down   zonePhase `json:"down"`   // from the SIGKILL until they were back in it
+	Back   zonePhase `json:"back"`   // a moment after that, its memcached restarted empty
+	After  zonePhase `json:"after"`  // a moment after one pass over the keys
+}
+
+// zonePhase counts the requests of a phase, and, from memcached's own
+// counters, the Get hits for the path's keys served in the clients' zone
+// and in all.
+type zonePhase struct {
+	counts
+	HitsInZone int64   `json:"hits_in_zone"`
+	HitsAll    int64   `json:"hits_all"`
+	InZone     float64 `json:"in_zone"` // HitsInZone / HitsAll
+}
+
+func (p *zonePhase) addHits(h hitsIn) {
+	p.HitsInZone += h.zone
+	p.HitsAll += h.all
+	if p.HitsAll > 0 {
+		p.InZone = float64(p.HitsInZone) / float64(p.HitsAll)
+	}
 }
 
 // rollCounts are one path's requests in the rolling restart.
@@ -81,8 +135,16 @@ func (s *summary) print(o *output) {
 		{"memcached killed", fmt.Sprintf("selector only: %s errors in the %.1fs until its pod turned NotReady, %s after",
 			count(k.Selector.Killed.Errors), k.Selector.Killed.Seconds, count(k.Selector.NotReady.Errors+k.Selector.Restarted.Errors))},
 		{"selector.Client", client},
-		{"library log", s.LogFile},
 	}
+	if z := s.Zone; z.LostZone != "" {
+		lines = append(lines,
+			[2]string{z.LostZone + " lost", fmt.Sprintf("%d of %d pods; sharded: %s, hit rate %s before, %s while it was down",
+				z.ServersLost, z.Servers, plural(z.Sharded.Down.Errors, "error", ""), percent(z.Sharded.Before.HitRate), percent(z.Sharded.Down.HitRate))},
+			[2]string{"zoned pool", fmt.Sprintf("%s, hit rate %s before, %s while %s was down, %s in %s",
+				plural(z.Pool.Down.Errors, "error", ""), percent(z.Pool.Before.HitRate), percent(z.Pool.Down.HitRate), z.LostZone,
+				percent(z.Pool.Down.InZone), z.ClientZone)})
+	}
+	lines = append(lines, [2]string{"library log", s.LogFile})
 	for _, l := range lines {
 		o.say("%-18s %s", l[0], l[1])
 	}

@@ -11,9 +11,14 @@
 //	POST /roll-next         replace the oldest pod, as a rolling update does; answers when done
 //	POST /kill              SIGKILL the memcached of one pod; answers at once, and the pod
 //	                        turns NotReady after a readiness-probe period, then restarts
+//	POST /kill-zone?zone=Z  the same for every pod of zone Z at once
 //
 // Each answers 200 with one line of text saying what it did, or an error
 // status with the reason.
+//
+// The pods run on three Nodes, one per zone (zone-a, zone-b, zone-c), in
+// turn: the EndpointSlice controller copies each Node's zone label into its
+// endpoints, which a zoned pool (selector.ByZone) splits by.
 package demo
 
 import (
@@ -102,6 +107,7 @@ func Run(ctx context.Context, c Config) error {
 	mux.HandleFunc("POST /scale", s.handle(s.scale))
 	mux.HandleFunc("POST /roll-next", s.handle(s.rollNext))
 	mux.HandleFunc("POST /kill", s.handle(s.kill))
+	mux.HandleFunc("POST /kill-zone", s.handle(s.killZone))
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	defer srv.Close()
@@ -144,10 +150,18 @@ type control struct {
 	bg         context.Context // for work that outlives a request; done when Run ends
 	background sync.WaitGroup
 
-	mu   sync.Mutex     // one change at a time
-	pods []*cluster.Pod // every pod not yet removed, oldest first
-	seq  int            // pods started so far; they are named memcache-1, memcache-2, ...
+	mu    sync.Mutex     // one change at a time
+	pods  []*cluster.Pod // every pod not yet removed, oldest first
+	seq   int            // pods started so far; they are named memcache-1, memcache-2, ...
+	nodes []string       // a Node per zone, in zones' order
 }
+
+// The zones of the demo's Nodes, and the prefix of their names: demo-node-zone-a
+// and so on. Nodes are cluster-wide and outlive a run; TestDemo shares its
+// control plane with e2e/pools_test.go, whose Nodes are e2e-pool-node-*.
+var zones = []string{"zone-a", "zone-b", "zone-c"}
+
+const nodePrefix = "demo-node"
 
 // setup creates the namespace, applies the example manifests, writes a
 // token of their ServiceAccount and starts the first pods. It returns the
@@ -173,6 +187,14 @@ func (s *control) setup(ctx context.Context) (string, error) {
 		return "", err
 	}
 
+	if s.nodes, err = c.Kubelet.CreateZonedNodes(ctx, nodePrefix, zones...); err != nil {
+		return "", err
+	}
+	others := slices.Clone(zones[1:])
+	for i := range others {
+		others[i] = "-" + others[i]
+	}
+	fmt.Fprintf(c.Out, "  %-15s %s, %s: one per zone, and the pods on them in turn\n", "nodes", s.nodes[0], strings.Join(others, ", "))
 	start := time.Now()
 	if _, err := s.scaleTo(ctx, c.Pods); err != nil {
 		return "", err
@@ -233,8 +255,8 @@ func (s *control) scaleTo(ctx context.Context, n int) (string, error) {
 		errs := make([]error, grow)
 		started = make([]*cluster.Pod, grow)
 		for i := range grow {
-			name := s.nextName()
-			wg.Go(func() { started[i], errs[i] = s.runPod(ctx, name) })
+			name, node := s.next()
+			wg.Go(func() { started[i], errs[i] = s.runPod(ctx, name, node) })
 		}
 		wg.Wait()
 		for _, p := range started {
@@ -273,7 +295,8 @@ func (s *control) rollNext(ctx context.Context, _ *http.Request) (string, error)
 		return "", errors.New("no pods to roll")
 	}
 	old := s.pods[0]
-	p, err := s.runPod(ctx, s.nextName())
+	name, node := s.next()
+	p, err := s.runPod(ctx, name, node)
 	if err != nil {
 		return "", err
 	}
@@ -304,39 +327,23 @@ func (s *control) terminate(ctx context.Context, p *cluster.Pod) error {
 	return nil
 }
 
-// kill serves POST /kill: memcached in the middle pod dies (SIGKILL) without
-// warning. Its readiness probe fails after s.t.probe, so the pod turns
-// NotReady; the kubelet restarts the container s.t.restart later, the probe
-// passes, and the pod is Ready again. The request returns at once; the control
-// takes no other request until the pod is back.
-func (s *control) kill(ctx context.Context, _ *http.Request) (string, error) {
-	if len(s.pods) == 0 {
-		return "", errors.New("no pods to kill")
-	}
-	p := s.pods[len(s.pods)/2]
-	p.Crash()
-	s.background.Go(func() {
-		s.mu.Lock() // taken once this request is answered: hold off others until the pod is back
-		defer s.mu.Unlock()
-		if sleep(s.bg, s.t.probe) != nil || p.SetReady(s.bg, false) != nil {
-			return
-		}
-		if sleep(s.bg, s.t.restart) != nil || p.RestartProcesses(s.bg) != nil {
-			return
-		}
-		_ = p.SetReady(s.bg, true)
-	})
-	return fmt.Sprintf("killed memcached in %s (%s): NotReady in %v, restarted %v later",
-		p.Name, p.Addr(port), s.t.probe, s.t.restart), nil
-}
-
-func (s *control) nextName() string {
+// next names the next pod and picks its Node: the zones in turn, as a
+// topology spread constraint spreads a Deployment's pods. A rolling update
+// replaces the oldest pod with one in the same zone, as long as the pods
+// are a multiple of the zones (6, after the scale-up, in 3), so every zone
+// keeps its share throughout.
+func (s *control) next() (name, node string) {
 	s.seq++
-	return fmt.Sprintf("memcache-%d", s.seq)
+	return fmt.Sprintf("memcache-%d", s.seq), s.nodes[(s.seq-1)%len(s.nodes)]
 }
 
-func (s *control) runPod(ctx context.Context, name string) (*cluster.Pod, error) {
-	return s.c.Kubelet.RunPod(ctx, cluster.PodSpec{Namespace: s.c.Namespace, Name: name, Labels: s.labels})
+func (s *control) runPod(ctx context.Context, name, node string) (*cluster.Pod, error) {
+	return s.c.Kubelet.RunPod(ctx, cluster.PodSpec{Namespace: s.c.Namespace, Name: name, Labels: s.labels, NodeName: node})
+}
+
+// zoneOf is the zone of p's Node.
+func (s *control) zoneOf(p *cluster.Pod) string {
+	return zones[slices.Index(s.nodes, p.Node())]
 }
 
 // waitEndpoints waits until the Service's EndpointSlices list exactly pods

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+)
+
+// zoneStep is the step in which a whole zone is lost: the memcached of
+// every pod of one zone dies at once, as in a zone's outage, and returns
+// empty. Two new clients over the ServerList play an application in
+// another zone (the first; a zone's outage takes its own applications
+// down with it): a sharded Client, each key on one pod, and a zoned pool,
+// each key on one pod of each zone, read in the client's zone first.
+type zoneStep struct {
+	out         *output
+	c           config
+	control     control
+	ss          *selector.ServerList
+	ringChanged <-chan struct{}
+	opts        []selector.Option // the Client options of step 4's Client
+	log         *slog.Logger
+	sum         *zoneSummary
+}
+
+func (z *zoneStep) run() error {
+	out, c, sum := z.out, z.c, z.sum
+	pods := len(z.ss.Servers())
+	eps, err := readyEndpoints(c, pods)
+	if err != nil {
+		return err
+	}
+	byZone := map[string][]endpoint{}
+	zoneOf := map[string]string{}
+	for _, ep := range eps {
+		byZone[ep.zone] = append(byZone[ep.zone], ep)
+		zoneOf[ep.addr] = ep.zone
+	}
+	zones := slices.Sorted(maps.Keys(byZone))
+	if len(zones) < 2 || zones[0] == "" {
+		return fmt.Errorf("the EndpointSlices put the pods in the zones %q: losing a zone needs two zones, and each endpoint's", zones)
+	}
+	own, lost := zones[0], zones[1]
+	sum.ClientZone, sum.LostZone, sum.Zones, sum.Servers, sum.ServersLost = own, lost, len(zones), pods, len(byZone[lost])
+	out.say("The %d pods run on Nodes of %d zones, and the EndpointSlices give each endpoint its Node's zone:", pods, len(zones))
+	for _, zone := range zones {
+		var names []string
+		for _, ep := range byZone[zone] {
+			names = append(names, ep.pod)
+		}
+		// memcache-7 before memcache-10
+		slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), cmp.Compare(a, b)) })
+		out.say("  %-8s %s", zone, strings.Join(names, ", "))
+	}
+
+	sharded, err := selector.NewClientFromList(z.ss, z.opts...)
+	if err != nil {
+		return err
+	}
+	defer sharded.Close()
+	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{selector.WithPool(selector.ByZone(own).WithMissFailover())})...)
+	if err != nil {
+		return err
+	}
+	defer zoned.Close()
+	if err := writeKeys(sharded, "sharded:", c.keys); err != nil {
+		return err
+	}
+	if err := writeKeys(zoned, "zoned:", c.keys); err != nil {
+		return err
+	}
+	shardedLoad := startLoad("sharded", sharded, "sharded:", c.keys, z.log)
+	defer shardedLoad.stop()
+	zonedLoad := startLoad("zoned pool", zoned, "zoned:", c.keys, z.log)
+	defer zonedLoad.stop()
+	out.say("Two new clients play an application in %s, each with %s keys of its own:", own, count(c.keys))
+	out.say("  %-11s selector.NewClientFromList(ss), as in step 4: each key on one pod (keys sharded:...)", "sharded")
+	out.say("  %-11s the same with WithPool(selector.ByZone(%q).WithMissFailover()): each key on one", "zoned pool", own)
+	out.say("  %-11s pod of each zone, read in %s first, in the other zones on a miss (keys zoned:...)", "", own)
+	out.say("Each has written all its keys, and sends %s requests/s: a Get, and a Set after a miss.", count(shardedLoad.rate()))
+	out.say("\"in %s\" is the share of the pool's Get hits served there, by memcached's counters (stats detail).", own)
+
+	// The pool's column: where its Gets hit, by memcached's counters per
+	// key prefix. The sharded path's share is kept for the text.
+	zh := &zoneHits{zoneOf: zoneOf, zone: own, log: z.log}
+	zh.delta()
+	var last map[string]hitsIn
+	t := out.trafficTable("step", z.ss, shardedLoad, zonedLoad).withColumn("in "+own, 9, func() string {
+		last = zh.delta()
+		if h := last["zoned"]; h.all > 0 {
+			return percent(h.share())
+		}
+		return "-"
+	})
+	record := func(ws []*window, phase func(*zoneCounts) *zonePhase) {
+		for i, path := range []*zoneCounts{&sum.Sharded, &sum.Pool} {
+			ph := phase(path)
+			ph.add(ws[i])
+			ph.addHits(last[[]string{"sharded", "zoned"}[i]])
+		}
+	}
+	pause := func() (string, error) {
+		time.Sleep(c.pause)
+		return "", nil
+	}
+	ws, err := t.row("before the kill", pause)
+	if err != nil {
+		return err
+	}
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.Before })
+
+	var answer string
+	ws, err = t.row(lost+" killed, still in ring", func() (string, error) {
+		a, err := z.control.do("/kill-zone?zone=" + lost)
+		if err != nil {
+			return "", err
+		}
+		answer = a
+		return "", waitForServers(z.ss, z.ringChanged, pods-sum.ServersLost)
+	})
+	if err != nil {
+		return err
+	}
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.Killed })
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.Down })
+	sum.ServersDown = len(z.ss.Servers())
+	ws, err = t.row(lost+" NotReady: out of ring", func() (string, error) {
+		return "", waitForServers(z.ss, z.ringChanged, pods)
+	})
+	if err != nil {
+		return err
+	}
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.Down })
+	ws, err = t.row(lost+" back, restarted empty", pause)
+	if err != nil {
+		return err
+	}
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.Back })
+
+	// One pass over the keys, which counts in no row: the sharded Client
+	// reads each of its keys; and a client in the returned zone, as an
+	// application starting there, reads each of the pool's, which copies
+	// them back from the other zones (the pool's client reads none there).
+	var lostAddrs []string
+	for _, ep := range byZone[lost] {
+		lostAddrs = append(lostAddrs, ep.addr)
+	}
+	err = t.skip(func() error {
+		var err error
+		if sum.ShardedPassMisses, err = pass(sharded, "sharded:", c.keys, true); err != nil {
+			return err
+		}
+		if sum.LostZoneKeys.Back, err = heldKeys(lostAddrs, "zoned:", c.keys); err != nil {
+			return err
+		}
+		there, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{selector.WithPool(selector.ByZone(lost).WithMissFailover())})...)
+		if err != nil {
+			return err
+		}
+		defer there.Close()
+		// Reads only: what it finds in the other zones, the pool copies
+		// back; a Set after a miss would fill the zone on its own.
+		if sum.LostZoneKeys.PassMisses, err = pass(there, "zoned:", c.keys, false); err != nil {
+			return err
+		}
+		sum.LostZoneKeys.AfterPass, err = heldKeys(lostAddrs, "zoned:", c.keys)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ws, err = t.row("after one pass over the keys", pause)
+	if err != nil {
+		return err
+	}
+	record(ws, func(c *zoneCounts) *zonePhase { return &c.After })
+	sum.ServersAfter = len(z.ss.Servers())
+
+	sh, pl := sum.Sharded, sum.Pool
+	out.say("control: %s", answer)
+	out.say("%d of the %d pods were in %s, with their share of the sharded keys. The sharded client failed", sum.ServersLost, pods, lost)
+	out.say("over at the first refused connection (%s), but each of those keys missed once, until the",
+		plural(sh.Down.Errors+sh.Back.Errors, "error", ""))
+	out.say("Set after the miss wrote it on another pod: hit rate %s before, %s while %s was down.",
+		percent(sh.Before.HitRate), percent(sh.Down.HitRate), lost)
+	out.say("The zoned pool has each key in every zone, and reads in %s: %s from the kill on, hit", own,
+		plural(pl.Down.Errors+pl.Back.Errors+pl.After.Errors, "error", ""))
+	out.say("rate %s while %s was down (%s before), %s of its hits served in %s (the",
+		percent(pl.Down.HitRate), lost, percent(pl.Before.HitRate), percent(pl.Down.InZone), own)
+	out.say("sharded client's: %s before, its keys spread over the zones).", percent(sh.Before.InZone))
+	out.say("The pods of %s came back empty. Before the last row, one pass over the keys: the sharded", lost)
+	out.say("client read each of its keys, and set the %s it missed. A new client in %s (ByZone(%q)",
+		count(sum.ShardedPassMisses), lost, lost)
+	k := sum.LostZoneKeys
+	out.say(".WithMissFailover(), as an application starting there would be) read each of the pool's, and")
+	out.say("missed %s of them: %s's memcached held %s before, %s after.", count(k.PassMisses), lost, count(k.Back), count(k.AfterPass))
+	if k.AfterPass > k.Back {
+		out.say("Each key it missed there, it found in another zone, and copied back with add.")
+	}
+	return nil
+}
