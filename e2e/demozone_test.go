@@ -9,10 +9,10 @@ import (
 )
 
 // The demo's zone step (examples/demo/zone.go): the memcached of both pods
-// of one zone (of 3) SIGKILLed, the pods NotReady, then restarted empty,
-// under the traffic of a sharded selector.Client and of a zoned pool
-// (ByZone(client's zone).WithMissFailover()) in another zone, each with
-// keys of its own.
+// of the clients' own zone (of 3) SIGKILLed, the pods NotReady, then
+// restarted empty, under the traffic of a sharded selector.Client and of a
+// zoned pool (ByZone(client's zone).WithMissFailover()), each with keys of
+// its own.
 
 // demoZone is the zone step's part of the demo's summary.
 type demoZone struct {
@@ -53,8 +53,8 @@ type demoZonePhase struct {
 func checkDemoZone(t *testing.T, s demoSummary) {
 	t.Helper()
 	z := s.Zone
-	if z.Zones != 3 || z.ClientZone == "" || z.LostZone == "" || z.ClientZone == z.LostZone {
-		t.Errorf("zone: %d zones, the clients in %q, %q lost; want 3 zones, and another zone lost than the clients'", z.Zones, z.ClientZone, z.LostZone)
+	if z.Zones != 3 || z.ClientZone == "" || z.LostZone != z.ClientZone {
+		t.Errorf("zone: %d zones, the clients in %q, %q lost; want 3 zones, and the clients' own lost", z.Zones, z.ClientZone, z.LostZone)
 	}
 	if z.Servers != 6 || z.ServersLost != 2 || z.ServersDown != 4 || z.ServersAfter != 6 {
 		t.Errorf("zone: %d servers, %d in the lost zone, %d in the ring while it was NotReady, %d after; want 6, 2, 4, 6",
@@ -75,9 +75,8 @@ func checkDemoZone(t *testing.T, s demoSummary) {
 		if p.c.Before.HitRate < 0.95 {
 			t.Errorf("zone, %s: hit rate %.3f before the kill, want a warm cache (0.95 or more)", p.name, p.c.Before.HitRate)
 		}
-		// One pass over the keys (the sharded Client's own; for the pool,
-		// a client's in the lost zone, which reads none of the pool
-		// client's there) leaves every key where its client reads it.
+		// One pass over the keys by each client leaves every key where
+		// it reads it.
 		if p.c.After.HitRate < p.c.Before.HitRate-0.02 {
 			t.Errorf("zone, %s: hit rate %.3f before the kill, %.3f after the zone returned and one pass; want it back (2 points at most below)",
 				p.name, p.c.Before.HitRate, p.c.After.HitRate)
@@ -98,7 +97,8 @@ func checkDemoZone(t *testing.T, s demoSummary) {
 		t.Errorf("zone, sharded: %d of %d requests missed while the zone was down (hit rate %.3f, %.3f before); want %d or more (was the zone killed?)",
 			missed, sh.Down.Requests, sh.Down.HitRate, sh.Before.HitRate, min(lost, sh.Down.Requests/3)/4)
 	}
-	// The pool has every key in every zone, and reads in its own.
+	// The pool has every key in every zone: its reads fail over to the
+	// others while its own is down.
 	if n := pl.Down.Errors + pl.Back.Errors + pl.After.Errors; n != 0 {
 		t.Errorf("zone, zoned pool: %d errors from the kill on (%d while the zone was down, %d when it was back, %d after), want 0",
 			n, pl.Down.Errors, pl.Back.Errors, pl.After.Errors)
@@ -108,22 +108,25 @@ func checkDemoZone(t *testing.T, s demoSummary) {
 			pl.Before.HitRate, pl.Down.HitRate)
 	}
 	// Where the Gets hit, from memcached's counters: the pool's in the
-	// client's zone; the sharded path's spread over the zones (2 of 6
-	// pods in each), which shows the counts tell the zones apart.
-	if pl.Before.InZone < 0.95 || pl.Down.InZone < 0.95 {
-		t.Errorf("zone, zoned pool: %.3f of the Get hits served in %s before the kill, %.3f while %s was down; want 0.95 or more",
-			pl.Before.InZone, z.ClientZone, pl.Down.InZone, z.LostZone)
+	// client's zone before the kill and after the pass, in the others
+	// while it was down (the counters of the killed memcached are gone,
+	// so its hits there count as none); the sharded path's spread over
+	// the zones (2 of 6 pods in each), which shows the counts tell the
+	// zones apart.
+	if pl.Before.InZone < 0.95 || pl.After.InZone < 0.95 || pl.Down.HitsAll == 0 || pl.Down.InZone > 0.05 {
+		t.Errorf("zone, zoned pool: %.3f of the Get hits served in %s before the kill, %.3f of %d while it was down, %.3f after; want 0.95 or more, then 0.05 or less (served by the other zones), then 0.95 or more",
+			pl.Before.InZone, z.ClientZone, pl.Down.InZone, pl.Down.HitsAll, pl.After.InZone)
 	}
 	if sh.Before.HitsAll == 0 || sh.Before.InZone > 0.6 {
 		t.Errorf("zone, sharded: %.3f of %d Get hits served in %s before the kill; want hits, about a third of them there",
 			sh.Before.InZone, sh.Before.HitsAll, z.ClientZone)
 	}
-	// The lost zone came back empty (the pool's client in another zone
-	// writes nothing there while it hits), and a client in that zone
-	// warmed it in one pass of reads: its misses failed over to the other
-	// zones, and what they found was copied back.
-	if k := z.LostZoneKeys; k.Back > s.Keys/2 || k.AfterPass < s.Keys*95/100 || k.PassMisses*100 > s.Keys {
-		t.Errorf("zone: the lost zone's memcached held %d of the pool's %d keys when it came back, %d after a pass of reads by a client there, which missed %d; want under half, then 95%% or more, and under 1%% missed",
+	// The lost zone came back empty, and the pool's reads warmed it: its
+	// misses there failed over to the other zones, and what they found
+	// was copied back. Its traffic ran meanwhile, so by the time of the
+	// count some keys are back already; a pass of reads brings the rest.
+	if k := z.LostZoneKeys; k.AfterPass < s.Keys*95/100 || k.PassMisses*100 > s.Keys || k.AfterPass <= k.Back {
+		t.Errorf("zone: the lost zone's memcached held %d of the pool's %d keys when it came back, %d after a pass of the pool's reads, which missed %d; want more after, 95%% or more, and under 1%% missed",
 			k.Back, s.Keys, k.AfterPass, k.PassMisses)
 	}
 }

@@ -32,9 +32,9 @@ type summary struct {
 	LogFile string      `json:"log_file"`
 }
 
-// zoneSummary is the zone step: a whole zone lost, other than the
-// clients' own, through a sharded Client ("sharded") and a zoned pool
-// ("pool"), each with keys of its own.
+// zoneSummary is the zone step: the clients' own zone lost, through a
+// sharded Client ("sharded") and a zoned pool ("pool"), each with keys of
+// its own.
 type zoneSummary struct {
 	ClientZone   string     `json:"client_zone"`
 	LostZone     string     `json:"lost_zone"`
@@ -47,8 +47,8 @@ type zoneSummary struct {
 	Pool         zoneCounts `json:"pool"`
 	// The pass over the keys between the last two rows: the keys the
 	// sharded Client did not find (and set); and the pool's keys that the
-	// lost zone's memcached held before and after a client in that zone
-	// read each once (reads only), and those that client did not find.
+	// lost zone's memcached held before and after the pool's client read
+	// each once (reads only), and those it did not find.
 	ShardedPassMisses int `json:"sharded_pass_misses"`
 	LostZoneKeys      struct {
 		Back       int `json:"back"`

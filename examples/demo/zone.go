@@ -13,11 +13,12 @@ import (
 )
 
 // zoneStep is the step in which a whole zone is lost: the memcached of
-// every pod of one zone dies at once, as in a zone's outage, and returns
-// empty. Two new clients over the ServerList play an application in
-// another zone (the first; a zone's outage takes its own applications
-// down with it): a sharded Client, each key on one pod, and a zoned pool,
-// each key on one pod of each zone, read in the client's zone first.
+// every pod of one zone dies at once and returns empty. Two new clients
+// over the ServerList play an application in that zone, which keeps
+// running (the memcached pods' nodes failed, not the application's): a
+// sharded Client, each key on one pod, and a zoned pool, each key on one
+// pod of each zone, read in the client's zone first. The pool's reads fail
+// over to the other zones while its own is down, and warm it back after.
 type zoneStep struct {
 	out         *output
 	c           config
@@ -46,7 +47,7 @@ func (z *zoneStep) run() error {
 	if len(zones) < 2 || zones[0] == "" {
 		return fmt.Errorf("the EndpointSlices put the pods in the zones %q: losing a zone needs two zones, and each endpoint's", zones)
 	}
-	own, lost := zones[0], zones[1]
+	own, lost := zones[0], zones[0] // the clients' own zone is the one lost
 	sum.ClientZone, sum.LostZone, sum.Zones, sum.Servers, sum.ServersLost = own, lost, len(zones), pods, len(byZone[lost])
 	out.say("The %d pods run on Nodes of %d zones, and the EndpointSlices give each endpoint its Node's zone:", pods, len(zones))
 	for _, zone := range zones {
@@ -144,9 +145,9 @@ func (z *zoneStep) run() error {
 	record(ws, func(c *zoneCounts) *zonePhase { return &c.Back })
 
 	// One pass over the keys, which counts in no row: the sharded Client
-	// reads each of its keys; and a client in the returned zone, as an
-	// application starting there, reads each of the pool's, which copies
-	// them back from the other zones (the pool's client reads none there).
+	// reads each of its keys, and sets those it misses; the pool's reads
+	// each of its keys, reads only: what misses in the returned zone is
+	// found in another, and copied back with add.
 	var lostAddrs []string
 	for _, ep := range byZone[lost] {
 		lostAddrs = append(lostAddrs, ep.addr)
@@ -159,14 +160,8 @@ func (z *zoneStep) run() error {
 		if sum.LostZoneKeys.Back, err = heldKeys(lostAddrs, "zoned:", c.keys); err != nil {
 			return err
 		}
-		there, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{selector.WithPool(selector.ByZone(lost).WithMissFailover())})...)
-		if err != nil {
-			return err
-		}
-		defer there.Close()
-		// Reads only: what it finds in the other zones, the pool copies
-		// back; a Set after a miss would fill the zone on its own.
-		if sum.LostZoneKeys.PassMisses, err = pass(there, "zoned:", c.keys, false); err != nil {
+		// Reads only: a Set after a miss would fill the zone on its own.
+		if sum.LostZoneKeys.PassMisses, err = pass(zoned, "zoned:", c.keys, false); err != nil {
 			return err
 		}
 		sum.LostZoneKeys.AfterPass, err = heldKeys(lostAddrs, "zoned:", c.keys)
@@ -189,19 +184,16 @@ func (z *zoneStep) run() error {
 		plural(sh.Down.Errors+sh.Back.Errors, "error", ""))
 	out.say("Set after the miss wrote it on another pod: hit rate %s before, %s while %s was down.",
 		percent(sh.Before.HitRate), percent(sh.Down.HitRate), lost)
-	out.say("The zoned pool has each key in every zone, and reads in %s: %s from the kill on, hit", own,
-		plural(pl.Down.Errors+pl.Back.Errors+pl.After.Errors, "error", ""))
-	out.say("rate %s while %s was down (%s before), %s of its hits served in %s (the",
-		percent(pl.Down.HitRate), lost, percent(pl.Before.HitRate), percent(pl.Down.InZone), own)
-	out.say("sharded client's: %s before, its keys spread over the zones).", percent(sh.Before.InZone))
-	out.say("The pods of %s came back empty. Before the last row, one pass over the keys: the sharded", lost)
-	out.say("client read each of its keys, and set the %s it missed. A new client in %s (ByZone(%q)",
-		count(sum.ShardedPassMisses), lost, lost)
+	out.say("The zoned pool has each key in every zone: its reads failed over to the other zones at the first")
+	out.say("refused connection, %s from the kill on, hit rate %s while %s was down (%s before),",
+		plural(pl.Down.Errors+pl.Back.Errors+pl.After.Errors, "error", ""), percent(pl.Down.HitRate), lost, percent(pl.Before.HitRate))
+	out.say("%s of its hits served in %s then (%s before; the sharded client's: %s, spread over the zones).",
+		percent(pl.Down.InZone), own, percent(pl.Before.InZone), percent(sh.Before.InZone))
 	k := sum.LostZoneKeys
-	out.say(".WithMissFailover(), as an application starting there would be) read each of the pool's, and")
-	out.say("missed %s of them: %s's memcached held %s before, %s after.", count(k.PassMisses), lost, count(k.Back), count(k.AfterPass))
-	if k.AfterPass > k.Back {
-		out.say("Each key it missed there, it found in another zone, and copied back with add.")
-	}
+	out.say("The pods of %s came back empty; a moment of the pool's traffic later, they held %s of its", lost, count(k.Back))
+	out.say("keys. Before the last row, one pass over the keys: the sharded client read each of its keys and")
+	out.say("set the %s it missed; the pool's client read each of its keys (no Sets) and missed %s: what",
+		count(sum.ShardedPassMisses), count(k.PassMisses))
+	out.say("missed in %s, it found in another zone and copied back with add, and %s then held %s.", own, lost, count(k.AfterPass))
 	return nil
 }
