@@ -140,7 +140,7 @@ func (s *summary) print(o *output) {
 		lines = append(lines,
 			[2]string{z.LostZone + " lost", fmt.Sprintf("%d of %d pods; sharded: %s, hit rate %s before, %s while it was down",
 				z.ServersLost, z.Servers, plural(z.Sharded.Down.Errors, "error", ""), percent(z.Sharded.Before.HitRate), percent(z.Sharded.Down.HitRate))},
-			[2]string{"zoned pool", fmt.Sprintf("%s, hit rate %s before, %s while %s was down, %s in %s",
+			[2]string{"zoned pool", fmt.Sprintf("%s, hit rate %s before, %s while %s was down (%s of it served in %s)",
 				plural(z.Pool.Down.Errors, "error", ""), percent(z.Pool.Before.HitRate), percent(z.Pool.Down.HitRate), z.LostZone,
 				percent(z.Pool.Down.InZone), z.ClientZone)})
 	}
