@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -552,4 +553,74 @@ func TestDeleteDuringHandoff(t *testing.T) {
 		}
 	}
 	require.Zero(t, back, "deleted keys read back")
+}
+
+// delayedWrites delays the requests that delay picks, before they are sent.
+type delayedWrites struct {
+	net.Conn
+	delay func(req []byte) time.Duration
+}
+
+func (c delayedWrites) Write(b []byte) (int, error) {
+	time.Sleep(c.delay(b))
+	return c.Conn.Write(b)
+}
+
+// TestConcurrentHandoffs: two clients hand one moved key off at once. B
+// reads it where it was, then A does; A's add lands first and B's finds
+// the key there. B must leave the source alone: if it deleted it, A's
+// check of the source would take that for a racing Delete and undo its
+// copy, and the key would be gone from both (as it was, about once in 3000
+// moved keys, in the e2e rolling restart).
+func TestConcurrentHandoffs(t *testing.T) {
+	ms := startMemcached(t, 2)
+	from, to := ms[0].addr, ms[1].addr
+	client := func(delay func(addr string, req []byte) time.Duration) (*Client, *ServerList) {
+		ss := new(ServerList)
+		require.NoError(t, ss.SetServers(from))
+		c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return delayedWrites{conn, func(b []byte) time.Duration { return delay(addr, b) }}, nil
+		}))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c, ss
+	}
+	var on atomic.Bool
+	var aGets atomic.Int32
+	a, sa := client(func(addr string, b []byte) time.Duration {
+		if on.Load() && addr == from && strings.HasPrefix(string(b), "gets ") {
+			return []time.Duration{250 * time.Millisecond, 600 * time.Millisecond}[min(aGets.Add(1)-1, 1)] // its read, then its check
+		}
+		return 0
+	})
+	b, sb := client(func(addr string, req []byte) time.Duration {
+		if on.Load() && addr == to && strings.HasPrefix(string(req), "add ") {
+			return 400 * time.Millisecond
+		}
+		return 0
+	})
+	var both ServerList
+	require.NoError(t, both.SetServers(from, to))
+	key := keysOf(t, &both, to, 1)[0] // a key that moves when to joins
+	require.NoError(t, a.Set(&memcache.Item{Key: key, Value: []byte("v")}))
+	for _, ss := range []*ServerList{sa, sb} {
+		require.NoError(t, ss.SetServers(from, to))
+	}
+	for _, c := range []*Client{a, b} {
+		eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	}
+	on.Store(true)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Get(key) })
+	time.Sleep(100 * time.Millisecond)
+	wg.Go(func() { b.Get(key) })
+	wg.Wait()
+	on.Store(false)
+	_, errFrom := direct(from).Get(key)
+	_, errTo := direct(to).Get(key)
+	require.True(t, errFrom == nil || errTo == nil, "the key handed off twice at once is gone from both servers (%v, %v)", errFrom, errTo)
 }
