@@ -50,8 +50,9 @@ type member struct {
 // Points are compared by their top 50 bits, ties broken by member id: the
 // order is total, and the mapping does not depend on input order or history.
 type ring struct {
-	members []member   // sorted by id, no duplicate ids
-	servers []net.Addr // the members' distinct addresses, sorted
+	members []member      // sorted by id, no duplicate ids
+	addrs   []*staticAddr // the members' addresses, by member index: what PickServer reads, 8 bytes a member
+	servers []net.Addr    // the members' distinct addresses, sorted
 	table   slotTable
 	points  int      // per member
 	alt     *altRing // for Ketama and Ch3, in place of table (see ring_modes.go)
@@ -96,7 +97,8 @@ func newRing(ms []member, points int) *ring {
 		return nil
 	}
 	points = max(points, 1)
-	r := &ring{members: ms, servers: servers(ms), points: points}
+	r := &ring{points: points}
+	r.setMembers(ms)
 	if n := len(ms) * points; n <= sortedBuildMax || len(ms) <= byteTableMembers && n <= byteBuildMax {
 		r.table = sortedTable(ms, points)
 	} else {
@@ -420,8 +422,17 @@ func (r *ring) sameIDs(ms []member) bool {
 // identity but gets a new IP is rebound without rehashing.
 func (r *ring) withMembers(ms []member) *ring {
 	c := *r
-	c.members, c.servers = ms, servers(ms)
+	c.setMembers(ms)
 	return &c
+}
+
+// setMembers makes ms r's members.
+func (r *ring) setMembers(ms []member) {
+	r.members, r.servers = ms, servers(ms)
+	r.addrs = make([]*staticAddr, len(ms))
+	for i, m := range ms {
+		r.addrs[i] = m.addr
+	}
 }
 
 // servers returns the distinct addresses of ms, sorted.

@@ -20,7 +20,8 @@ func newAltRing(h Hashing, ms []member) (*ring, error) {
 	if len(ms) == 0 {
 		return nil, nil
 	}
-	r := &ring{members: ms, servers: servers(ms), alt: &altRing{h: h}}
+	r := &ring{alt: &altRing{h: h}}
+	r.setMembers(ms)
 	switch h.mode {
 	case ketamaMode:
 		names := make([]string, len(ms))

@@ -105,7 +105,9 @@ func (r *ring) update(ms []member, points int) *ring {
 		t = r.table.clone()
 	}
 	t.refill(set, bySlot(kept))
-	return &ring{members: ms, servers: servers(ms), table: t, points: points}
+	nr := &ring{table: t, points: points}
+	nr.setMembers(ms)
+	return nr
 }
 
 // ownerWidth returns the bits an owner takes in a table of n members (see

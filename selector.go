@@ -57,6 +57,7 @@ import (
 	"sync/atomic"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cespare/xxhash/v2"
 )
 
 // ErrNoServers is returned by PickServer when there are no servers. It is
@@ -105,7 +106,10 @@ func (ss *ServerList) PickServer(key string) (net.Addr, error) {
 	if r == nil {
 		return nil, ErrNoServers
 	}
-	return r.pick(ss.hashing.sum(key)).addr, nil
+	if r.alt != nil {
+		return r.addrs[r.owner(r.alt.h.sum(key))], nil
+	}
+	return r.addrs[r.table.owner(slotOf(xxhash.Sum64String(key)))], nil
 }
 
 // Each calls f for each server, in the order of Servers, and stops at the
