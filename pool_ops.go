@@ -118,7 +118,9 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 		case errors.Is(err, ErrNoServers):
 		default:
 			if key != "" {
-				v.all[i].c.forget(key)
+				g := v.all[i].c
+				g.log.Warn("a pool's write failed in this group, which no longer has the key: it is deleted there, or before its server is used again", keyError, err)
+				g.forget(key)
 			}
 			first = cmp.Or(first, err)
 		}

@@ -131,6 +131,7 @@ type vkey struct {
 	lastOK atomic.Int64 // the version of the last write (Set or Delete) that succeeded
 	state  atomic.Int32 // keyUnknown, keyPresent or keyAbsent
 	writes atomic.Int64 // writes started, so that a sweep can tell a key that changed under it
+	done   atomic.Int64 // writes ended: fewer than writes while one is in flight
 }
 
 // vcounters are one phase's figures of a vtraffic.
@@ -274,6 +275,7 @@ func (tr *vtraffic) set(i int) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.writes.Add(1)
+	defer k.done.Add(1)
 	v := k.next.Add(1)
 	start := time.Now()
 	err := tr.c.Set(&memcache.Item{Key: tr.key(i), Value: tr.value(i, v)})
@@ -294,6 +296,7 @@ func (tr *vtraffic) del(i int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.writes.Add(1)
+	defer k.done.Add(1)
 	v := k.next.Add(1)
 	start := time.Now()
 	err := tr.c.Delete(tr.key(i))
@@ -415,10 +418,13 @@ func (tr *vtraffic) sweep() {
 		n := min(vSweepBatch, len(tr.keys)-from)
 		names := make([]string, n)
 		floors, states, writes := make([]int64, n), make([]int32, n), make([]int64, n)
+		inFlight := make([]bool, n)
 		for j := range n {
 			k := &tr.keys[from+j]
 			names[j] = tr.key(from + j)
+			done := k.done.Load() // before writes: a write that ends in between counts as in flight
 			writes[j], floors[j], states[j] = k.writes.Load(), k.lastOK.Load(), k.state.Load()
+			inFlight[j] = writes[j] != done
 		}
 		start := time.Now()
 		items, err := tr.c.GetMulti(names)
@@ -431,8 +437,11 @@ func (tr *vtraffic) sweep() {
 			if it != nil {
 				tr.check(from+j, floors[j], it.Value)
 			}
-			if states[j] != keyPresent || tr.keys[from+j].writes.Load() != writes[j] {
-				continue // absent by the application's own doing, or written during the read
+			// Absent by the application's own doing, or written during the
+			// read (a Delete in flight when it began still shows the key
+			// present, and may have removed it before the read).
+			if states[j] != keyPresent || inFlight[j] || tr.keys[from+j].writes.Load() != writes[j] {
+				continue
 			}
 			tr.count(func(c *vcounters) {
 				c.expected.Add(1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -232,9 +233,10 @@ func (c *lossCounter) history(key string) []string {
 func (c *lossCounter) Get(key string) (*memcache.Item, error) {
 	i, _ := strconv.Atoi(key[strings.LastIndexByte(key, '-')+1:])
 	k := &c.tr.keys[i]
+	d := k.done.Load() // as vtraffic.sweep: a key with a write in flight is not counted
 	w, st := k.writes.Load(), k.state.Load()
 	it, err := c.cache.Get(key)
-	if errors.Is(err, memcache.ErrCacheMiss) && st == keyPresent && k.writes.Load() == w {
+	if errors.Is(err, memcache.ErrCacheMiss) && st == keyPresent && w == d && k.writes.Load() == w {
 		c.lost.Add(1)
 	}
 	return it, err
@@ -501,7 +503,21 @@ func TestPoolZones(t *testing.T) {
 
 	assert.GreaterOrEqual(t, homeShare, poolMinHomeShare, "Gets that hit served in the client's zone")
 	assert.Zero(t, readErrs, "read errors: %v", tr.errorSamples(5))
-	assert.InDelta(t, steady.hitRate(), down.hitRate(), poolMaxHitDrop, "hit rate with the client's zone down")
-	assert.GreaterOrEqual(t, homeAfter, homeRate-poolMaxHitDrop, "the returned zone's hit rate after one pass over the keys")
+	// Within 1 point, up to the sampling error of two hit rates measured
+	// over a few thousand Gets each (3 standard deviations, about half a
+	// point each): a cache-aside hit rate drifts by that much between two
+	// windows of the same steady state.
+	downSlack := hitRateSlack(steady.hitRate(), steady.gets.Load(), down.hitRate(), down.gets.Load())
+	afterSlack := hitRateSlack(homeRate, steady.gets.Load(), homeAfter, recovered.gets.Load())
+	t.Logf("zones: allowed drops %.2f and %.2f points (1 point and the sampling error)", 100*downSlack, 100*afterSlack)
+	assert.InDelta(t, steady.hitRate(), down.hitRate(), downSlack, "hit rate with the client's zone down")
+	assert.GreaterOrEqual(t, homeAfter, homeRate-afterSlack, "the returned zone's hit rate after one pass over the keys")
 	assert.Zero(t, tr.all.stale.Load(), "stale reads: %v", tr.staleSamples())
+}
+
+// hitRateSlack is poolMaxHitDrop plus 3 standard deviations of the
+// difference of two hit rates p1 and p2 measured over n1 and n2 Gets.
+func hitRateSlack(p1 float64, n1 int64, p2 float64, n2 int64) float64 {
+	v := p1*(1-p1)/float64(max(n1, 1)) + p2*(1-p2)/float64(max(n2, 1))
+	return poolMaxHitDrop + 3*math.Sqrt(v)
 }
