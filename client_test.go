@@ -624,3 +624,48 @@ func TestConcurrentHandoffs(t *testing.T) {
 	_, errTo := direct(to).Get(key)
 	require.True(t, errFrom == nil || errTo == nil, "the key handed off twice at once is gone from both servers (%v, %v)", errFrom, errTo)
 }
+
+// TestHandoffUndoKeepsANewerWrite: a copy whose source changed is undone,
+// but a Set that landed at the key's server after the copy's add (a Set
+// writes there before it deletes at the source) is newer, and must stay.
+func TestHandoffUndoKeepsANewerWrite(t *testing.T) {
+	ms := startMemcached(t, 2)
+	from, to := ms[0].addr, ms[1].addr
+	var on atomic.Bool
+	var gets atomic.Int32
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(from))
+	a, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return delayedWrites{conn, func(b []byte) time.Duration {
+			if on.Load() && addr == from && strings.HasPrefix(string(b), "gets ") && gets.Add(1) == 2 {
+				return 300 * time.Millisecond // the copy's check of its source
+			}
+			return 0
+		}}, nil
+	}))
+	require.NoError(t, err)
+	defer a.Close()
+	b, sb := newTestClient(t, []string{from})
+	var both ServerList
+	require.NoError(t, both.SetServers(from, to))
+	key := keysOf(t, &both, to, 1)[0]
+	require.NoError(t, a.Set(&memcache.Item{Key: key, Value: []byte("v1")}))
+	require.NoError(t, ss.SetServers(from, to))
+	require.NoError(t, sb.SetServers(from, to))
+	for _, c := range []*Client{a, b} {
+		eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	}
+	on.Store(true)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Get(key) }) // reads v1 at from, adds it at to, then waits to check from
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, b.Set(&memcache.Item{Key: key, Value: []byte("v2")})) // at to, then deletes at from
+	wg.Wait()
+	it, err := direct(to).Get(key)
+	require.NoError(t, err, "the Set after the copy's add was undone with it")
+	require.Equal(t, "v2", string(it.Value))
+}

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -143,7 +144,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.It
 		var now *memcache.Item
 		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
 		if perr != nil || now.CasID != it.CasID {
-			s.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+			c.undoCopy(s, &cp)
 			return it
 		}
 		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
@@ -156,6 +157,31 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.It
 		return got
 	}
 	return it
+}
+
+// undoCopy removes cp, a copy that copyTo added at s, unless s's value
+// changed since: a write that landed after the add is newer than the copy
+// and stays (a Set writes its server before it deletes where the key was,
+// so it can land between the add and the check that undoes it). The
+// removal is a CompareAndSwap to an expiration in the past, which memcached
+// applies only if the value is still the one read. If s cannot be read, the
+// key is logged for deletion there, as a write it missed.
+func (c *Client) undoCopy(s *server, cp *memcache.Item) {
+	var got *memcache.Item
+	err := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(cp.Key); return })
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return
+	case err != nil:
+		c.invalidate(s, cp.Key)
+		return
+	case !bytes.Equal(got.Value, cp.Value) || got.Flags != cp.Flags:
+		return // a newer write's
+	}
+	got.Expiration = -1 // expired at once: memcached's delete-if-unchanged
+	if err := s.call(func(mc *memcache.Client) error { return mc.CompareAndSwap(got) }); err != nil && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
+		c.invalidate(s, cp.Key)
+	}
 }
 
 // sourceFailed notes that a handoff's source p failed: one that left is not
