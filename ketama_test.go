@@ -101,19 +101,22 @@ func TestKetamaTwemproxyVectors(t *testing.T) {
 }
 
 // TestKetamaPoints: the points a server gets are libmemcached's float32
-// arithmetic, floored: with equal weights, 160 each, but for the server
-// counts where 1/n*40*n rounds below 40 in float32.
+// arithmetic, floored: with equal weights, 160 each, but 156 for the server
+// counts where 1/n*40*n rounds below 40 in float32. The counts are
+// libmemcached's expression (hosts.cc) compiled with gcc on amd64, at -O0
+// and -O2, for 1 to 64 servers.
 func TestKetamaPoints(t *testing.T) {
+	short := map[int]bool{25: true, 47: true, 50: true, 55: true, 61: true}
 	for n := 1; n <= 64; n++ {
 		names := make([]string, n)
 		for i := range names {
 			names[i] = "10.0.0." + strconv.Itoa(i+1)
 		}
-		c := newContinuum(names, make([]uint32, n))
-		pct := float32(1) / float32(n)
-		want := 4 * int(float32(float32(pct*160)/4)*float32(n)+1e-10)
-		require.Len(t, c.value, n*want, "%d servers", n)
-		require.Contains(t, []int{156, 160}, want, "%d servers", n)
+		want := 160
+		if short[n] {
+			want = 156
+		}
+		require.Len(t, newContinuum(names, make([]uint32, n)).value, n*want, "%d servers", n)
 	}
 }
 

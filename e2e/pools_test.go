@@ -346,21 +346,12 @@ func TestPoolReplicated(t *testing.T) {
 	tr.sweep()
 	after := tr.phase()
 
-	readErrs, writeErrs := tr.all.getErrs.Load(), tr.all.setErrs.Load()+tr.all.delErrs.Load()
-	var kept vcounters
-	kept.add(crashed)
-	kept.add(after)
 	t.Logf("replicated: steady state: %s; %.1f%% of memcached's Gets at %s, the replica this client reads from", steady, 100*readShare, victims[0].Name)
 	t.Logf("replicated: SIGKILL of %s and %s (the reader first), NotReady %v later; the ring dropped them %v after NotReady",
 		victims[0].Name, victims[1].Name, killNotReady, toRing.Round(time.Millisecond))
 	during, _ := tr.errorsBetween(killed, notReady)
 	t.Logf("replicated: SIGKILL to NotReady: %s (errors %s); after: %s", crashed, fmtErrs(during), after)
-	t.Logf("replicated: read errors %d (target 0); keys written before found %d of %d, %.2f%% (target all); write errors %d of %d requests (target 0); stale reads %d (target 0)",
-		readErrs, kept.kept.Load(), kept.expected.Load(), 100*kept.keptShare(), writeErrs, tr.all.ops.Load(), tr.all.stale.Load())
-	for _, s := range tr.errorSamples(3) {
-		t.Logf("replicated: error sample: %s", s)
-	}
-	logConsistency(t, "replicated", tr)
+	readErrs, writeErrs, kept := checkNoLoss(t, "replicated", tr, crashed, after)
 	report(t, "### Pool: replicated, 2 of 3 replicas SIGKILLed\n\n"+
 		"3 pods, one per zone; the memcached of the replica the client reads from and of one more killed, their pods NotReady %v later.\n\n"+
 		"| read errors | keys written before, found | write errors | stale reads | requests |\n|---|---|---|---|---|\n"+
@@ -368,11 +359,31 @@ func TestPoolReplicated(t *testing.T) {
 		killNotReady, readErrs, kept.kept.Load(), kept.expected.Load(), 100*kept.keptShare(), writeErrs, tr.all.stale.Load(), tr.all.ops.Load())
 
 	assert.Greater(t, readShare, 0.9, "the client's reads are not on one replica: which one is the reader?")
+}
+
+// checkNoLoss logs and checks what a pool must show after losing replicas
+// under tr's traffic: no read or write error, every key written before the
+// loss found by the sweeps of the phases after it, no stale read. It
+// returns the errors and the sweeps' counts, for the report.
+func checkNoLoss(t *testing.T, name string, tr *vtraffic, after ...*vcounters) (readErrs, writeErrs int64, kept *vcounters) {
+	t.Helper()
+	readErrs, writeErrs = tr.all.getErrs.Load(), tr.all.setErrs.Load()+tr.all.delErrs.Load()
+	kept = &vcounters{}
+	for _, ph := range after {
+		kept.add(ph)
+	}
+	t.Logf("%s: read errors %d (target 0); keys written before found %d of %d, %.2f%% (target all); write errors %d of %d requests (target 0); stale reads %d (target 0)",
+		name, readErrs, kept.kept.Load(), kept.expected.Load(), 100*kept.keptShare(), writeErrs, tr.all.ops.Load(), tr.all.stale.Load())
+	for _, s := range tr.errorSamples(3) {
+		t.Logf("%s: error sample: %s", name, s)
+	}
+	logConsistency(t, name, tr)
 	assert.Zero(t, readErrs, "read errors: %v", tr.errorSamples(5))
 	assert.Positive(t, kept.expected.Load(), "the sweeps found no key that should be there")
 	assert.Equal(t, kept.expected.Load(), kept.kept.Load(), "keys written before the kill, lost")
 	assert.Zero(t, writeErrs, "write errors: %v", tr.errorSamples(5))
 	assert.Zero(t, tr.all.stale.Load(), "stale reads: %v", tr.staleSamples())
+	return readErrs, writeErrs, kept
 }
 
 // TestPoolZones: one Service of 3 zones x 3 pods, and a client in zone-a

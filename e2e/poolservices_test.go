@@ -101,19 +101,10 @@ func TestPoolAcrossServices(t *testing.T) {
 	tr.sweep()
 	after := tr.phase()
 
-	readErrs, writeErrs := tr.all.getErrs.Load(), tr.all.setErrs.Load()+tr.all.delErrs.Load()
-	var kept vcounters
-	kept.add(crashed)
-	kept.add(after)
 	t.Logf("services: steady state: %s; %.1f%% of memcached's Gets in the client's own Service", steady, 100*ownShare)
 	t.Logf("services: SIGKILL of all 3 pods of %s, NotReady %v later; its ring emptied %v after NotReady; then: %s; after: %s",
 		serviceName, killNotReady, toRing.Round(time.Millisecond), crashed, after)
-	t.Logf("services: read errors %d (target 0); keys written before found %d of %d, %.2f%% (target all); write errors %d of %d requests (target 0); stale reads %d (target 0)",
-		readErrs, kept.kept.Load(), kept.expected.Load(), 100*kept.keptShare(), writeErrs, tr.all.ops.Load(), tr.all.stale.Load())
-	for _, s := range tr.errorSamples(3) {
-		t.Logf("services: error sample: %s", s)
-	}
-	logConsistency(t, "services", tr)
+	readErrs, writeErrs, kept := checkNoLoss(t, "services", tr, crashed, after)
 	report(t, "### Pool: across two Services, the client's own lost whole\n\n"+
 		"2 Services of 3 pods (selector.AcrossServices); the memcached of every pod of the client's own Service killed, the pods NotReady %v later.\n\n"+
 		"| Gets in the own Service (steady) | read errors | keys written before, found | write errors | stale reads | requests |\n|---|---|---|---|---|---|\n"+
@@ -121,9 +112,4 @@ func TestPoolAcrossServices(t *testing.T) {
 		killNotReady, 100*ownShare, readErrs, kept.kept.Load(), kept.expected.Load(), 100*kept.keptShare(), writeErrs, tr.all.stale.Load(), tr.all.ops.Load())
 
 	assert.GreaterOrEqual(t, ownShare, poolMinHomeShare, "Gets left the client's own Service in steady state")
-	assert.Zero(t, readErrs, "read errors: %v", tr.errorSamples(5))
-	assert.Positive(t, kept.expected.Load(), "the sweeps found no key that should be there")
-	assert.Equal(t, kept.expected.Load(), kept.kept.Load(), "keys written before the kill, lost")
-	assert.Zero(t, writeErrs, "write errors: %v", tr.errorSamples(5))
-	assert.Zero(t, tr.all.stale.Load(), "stale reads: %v", tr.staleSamples())
 }
