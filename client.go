@@ -42,9 +42,12 @@ type Client struct {
 	rt      atomic.Pointer[routing]
 	pool    *pooled // a replicated or zoned pool's groups, or nil
 
+	inval  *invalLog // the keys each server must forget before it serves them
+	outs   *outCap   // the cap on servers out after timeouts, shared by a pool's groups
+	copies copies    // handoff copies in flight
+
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
-	logged  int                // keys in all the servers' invalidations
 	changed chan struct{}      // a change of members or health to apply
 
 	ctx    context.Context // ends on Close
@@ -67,7 +70,7 @@ func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error)
 		return nil, fmt.Errorf("selector: %w", err)
 	}
 	t, _ := parseTarget(addr, o.getenv, o.saDir) // parsed above
-	c := newClientOf(ss, true, o.client, newLog(o.log, t))
+	c := newClientOf(ss, true, o.client, newLog(o.log, t), nil)
 	discover := func(addr string) (*ServerList, error) { return startDiscovery(ctx, addr, o) }
 	if err := c.withPool(addr, discover); err != nil {
 		c.Close()
@@ -89,7 +92,7 @@ func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
-	c := newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod)))
+	c := newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod)), nil)
 	if err := c.withPool("", nil); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("selector: %w", err)
@@ -106,8 +109,15 @@ func (c *Client) withPool(own string, discover func(addr string) (*ServerList, e
 	return err
 }
 
-func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger) *Client {
-	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1)}
+// newClientOf returns a Client of ss's servers; outs is the cap on servers
+// out that it shares with other Clients (a pool's groups), or nil for its
+// own.
+func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, outs *outCap) *Client {
+	if outs == nil {
+		outs = newOutCap(cfg.maxDown)
+	}
+	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
+		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers
@@ -131,6 +141,7 @@ func (c *Client) Close() error {
 			s.retire()
 		}
 		c.mu.Unlock()
+		c.outs.setMembers(c, 0)
 		c.list.unsubscribe(c.changed)
 		if c.ownList {
 			c.list.Close()
@@ -176,7 +187,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	defer func() {
 		c.mu.Unlock()
 		for _, a := range returned { // logged without the lock, which a Logger may want
-			c.log.Info("server returned; it is used once its invalidations are replayed", keyServer, a)
+			c.log.Info("server returned; it is used once it answers", keyServer, a)
 		}
 	}()
 	base := c.list.ring.Load()
@@ -189,6 +200,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 				s = newServer(m.addr, c.cfg.conn)
 				c.servers[m.addr.str] = s
 			case s.status() == gone: // it returns, maybe with values that were overwritten since
+				s.downAt, s.soft = s.left, false
 				s.left = time.Time{}
 				s.unretire()
 				s.state.Store(int32(down))
@@ -203,11 +215,14 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		switch {
 		case member[s]:
 		case s.status() != gone:
+			if s.status() == down && s.soft {
+				c.outs.give(s)
+			}
 			s.state.Store(int32(gone))
 			s.left = now
 			s.retire()
 		case now.Sub(s.left) >= c.cfg.departedKeep:
-			c.setLog(s, invalidations{})
+			c.inval.forget(s)
 			delete(c.servers, a)
 		default:
 			next = min(next, c.cfg.departedKeep-now.Sub(s.left))
@@ -239,14 +254,20 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		dropped, rt.past = append(dropped, rt.past...), nil
 	}
 	// A server that left and is in no past ring any more can no longer be
-	// told the keys that it lost: if it returns, it is flushed.
+	// told the keys that it lost: if it returns, none of its values from
+	// before is served (see invalLog).
 	for _, p := range dropped {
 		for _, s := range p.srv {
 			if s.status() == gone && !rt.inPast(s) {
-				c.setLog(s, invalidations{overflowed: true})
+				c.inval.overflow(s)
 			}
 		}
 	}
+	n := 0
+	if base != nil {
+		n = len(base.members)
+	}
+	c.outs.setMembers(c, n)
 	for _, p := range rt.past {
 		next = min(next, p.until.Sub(now))
 	}
@@ -261,10 +282,13 @@ type ClientStats struct {
 
 // ServerStats is one server's state for a Client.
 type ServerStats struct {
-	Addr          string
-	State         string // "up", "down" (out for this client), "replaying" (its invalidations) or "gone" (left)
-	Invalidations int    // keys to delete there before it is used again
-	Flush         bool   // it will be flushed before it is used again (its invalidations overflowed)
+	Addr string
+	// State is "up", "failing" (failing, but kept in: as many servers are out
+	// as the Client allows), "down" (out for this client) or "gone" (left).
+	State         string
+	Invalidations int  // keys to delete there before they are served again
+	Overflowed    bool // its invalidations overflowed: none of its older values will be served
+	Floor         bool // values older than a CAS floor are not served (after an overflow)
 }
 
 // Stats returns the state of the Client's servers.
@@ -281,9 +305,24 @@ func (c *Client) Stats() ClientStats {
 	defer c.mu.Unlock()
 	var st ClientStats
 	for _, s := range c.servers {
-		st.Servers = append(st.Servers, ServerStats{Addr: s.addr.str, State: s.status().String(),
-			Invalidations: len(s.log.keys), Flush: s.log.overflowed})
+		n, over := c.inval.state(s)
+		state := s.status().String()
+		if s.status() == up && s.keptIn.Load() {
+			state = "failing"
+		}
+		st.Servers = append(st.Servers, ServerStats{Addr: s.addr.str, State: state,
+			Invalidations: n, Overflowed: over, Floor: s.floor.Load() != 0})
 	}
 	sortStats(st.Servers)
 	return st
+}
+
+// dropPast forgets the past rings: after a FlushAll, no key is handed off
+// from before it.
+func (c *Client) dropPast() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rt := *c.rt.Load()
+	rt.past = nil
+	c.rt.Store(&rt)
 }

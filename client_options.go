@@ -19,6 +19,7 @@ type clientOptions struct {
 	maxDown           float64       // the share of the servers that may be down at once
 	handoffWindow     time.Duration // how long a key that moved is read from where it was
 	handoffTTL        time.Duration // the expiration of a value copied by a handoff
+	standInTTL        time.Duration // the longest expiration a write sent to a stand-in keeps
 	maxPast           int           // past rings kept for handoff
 	maxInvalidations  int           // keys a server's invalidation log holds
 	maxLogged         int           // keys all the servers' logs hold
@@ -35,6 +36,7 @@ func defaultClientOptions() clientOptions {
 		maxDown:           0.5,
 		handoffWindow:     5 * time.Minute,
 		handoffTTL:        5 * time.Minute,
+		standInTTL:        time.Minute,
 		maxPast:           4,
 		maxInvalidations:  10000,
 		maxLogged:         100000,

@@ -244,13 +244,14 @@ func TestNoStaleReadAfterReturn(t *testing.T) {
 		require.Equal(t, ms[0].addr, a.String())
 		for _, m := range ms[1:] {
 			_, err := direct(m.addr).Get(k)
-			require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s left at %s", k, m)
+			require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s (%d) left at %s", k, i, m)
 		}
 	}
 }
 
-// TestRestartedServerNeedsNoReplay restarts a server empty: the CAS ids it
-// hands out prove that it holds nothing old, so it is used at once.
+// TestRestartedServerNeedsNoReplay restarts a server empty: its uptime,
+// shorter than its outage, proves that it holds nothing old, so its log is
+// not replayed.
 func TestRestartedServerNeedsNoReplay(t *testing.T) {
 	ms := startMemcached(t, 3)
 	logs := &recLogger{t: t}
@@ -269,6 +270,7 @@ func TestRestartedServerNeedsNoReplay(t *testing.T) {
 	require.NoError(t, err)
 	ms[0].kill()
 	require.NoError(t, c.Set(&memcache.Item{Key: keys[1], Value: []byte("w")}))
+	time.Sleep(5 * time.Second) // memcached's uptime starts at 2-4 s
 	ms[0].restart()
 	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
 	require.True(t, logs.has("server back for this client: server="+ms[0].addr+" restarted=true"))
@@ -381,29 +383,53 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// TestMaxDown kills every server: only half of them are taken out, so that
-// a fault of the client's own cannot move every key.
+// TestMaxDown hangs every server (SIGSTOP): only half of them are taken out
+// after timeouts, so that a fault of the client's own network cannot move
+// every key; the others say they are failing. Servers that refuse
+// connections are out whatever the count, as mcrouter's hard TKOs.
 func TestMaxDown(t *testing.T) {
-	ms := startMemcached(t, 4)
-	c, _ := newTestClient(t, addrsOf(ms))
-	for _, m := range ms {
-		m.kill()
+	for _, tc := range []struct {
+		name               string
+		fault              func(m *memcached)
+		wantOut, wantFails int
+	}{
+		{"hung: soft, capped", func(m *memcached) { m.signal(syscall.SIGSTOP) }, 2, 2},
+		{"refusing: hard, not capped", func(m *memcached) { m.kill() }, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := startMemcached(t, 4)
+			c, _ := newTestClient(t, addrsOf(ms), WithTimeout(50*time.Millisecond))
+			for _, m := range ms {
+				tc.fault(m)
+			}
+			t.Cleanup(func() {
+				for _, m := range ms {
+					if m.cmd != nil {
+						m.signal(syscall.SIGCONT)
+					}
+				}
+			})
+			for i := range 40 {
+				c.Get(fmt.Sprint("k", i))
+			}
+			out, fails := 0, 0
+			for _, s := range c.Stats().Servers {
+				switch s.State {
+				case "down":
+					out++
+				case "failing":
+					fails++
+				}
+			}
+			require.Equal(t, tc.wantOut, out)
+			require.Equal(t, tc.wantFails, fails)
+		})
 	}
-	for i := range 100 {
-		c.Get(fmt.Sprint("k", i))
-	}
-	out := 0
-	for _, s := range c.Stats().Servers {
-		if s.State != "up" {
-			out++
-		}
-	}
-	require.Equal(t, 2, out)
 }
 
 // TestInvalidationsOverflow writes more keys of a server that is out than
-// its invalidation log holds, or than all logs hold: it is flushed before it
-// is used again.
+// its invalidation log holds, or than all logs hold: when it returns, none
+// of its values from before is served, and it is not flushed.
 func TestInvalidationsOverflow(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
@@ -415,9 +441,9 @@ func TestInvalidationsOverflow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := startMemcached(t, 2)
 			c, ss := newTestClient(t, addrsOf(ms))
-			c.mu.Lock()
-			c.cfg.maxInvalidations, c.cfg.maxLogged = tc.perServer, tc.total
-			c.mu.Unlock()
+			c.inval.mu.Lock()
+			c.inval.maxKeys, c.inval.maxTotal = tc.perServer, tc.total
+			c.inval.mu.Unlock()
 			keys := keysOf(t, ss, ms[0].addr, 10)
 			require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: "other", Value: []byte("stale?")}))
 			for _, k := range keys {
@@ -430,11 +456,18 @@ func TestInvalidationsOverflow(t *testing.T) {
 			for _, k := range keys {
 				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
 			}
-			require.True(t, stateOf(c, ms[0].addr).Flush)
+			require.True(t, stateOf(c, ms[0].addr).Overflowed)
 			ms[0].signal(syscall.SIGCONT)
 			eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+			require.True(t, stateOf(c, ms[0].addr).Floor)
+			// The server is not flushed: other clients' values stay. But none
+			// of its values from before its return is served by this client.
 			_, err := direct(ms[0].addr).Get("other")
-			require.ErrorIs(t, err, memcache.ErrCacheMiss, "not flushed")
+			require.NoError(t, err, "flushed")
+			if a, _ := ss.PickServer("other"); a.String() == ms[0].addr {
+				_, err := c.Get("other")
+				require.ErrorIs(t, err, memcache.ErrCacheMiss, "a value from before the return")
+			}
 			for _, k := range keys {
 				it, err := c.Get(k)
 				require.NoError(t, err)

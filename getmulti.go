@@ -37,26 +37,39 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 		for _, i := range pending {
 			s := rt.owner(hashes[i])
 			if s == nil {
-				return map[string]*memcache.Item{}, ErrNoServers
+				if found == nil {
+					found = map[string]*memcache.Item{}
+				}
+				return found, ErrNoServers
 			}
 			owner[i] = s
 			bs = addTo(bs, s, i)
 		}
 		pending = pending[:0]
 		get := func(b batch) {
-			ks := make([]string, len(b.keys))
-			for j, i := range b.keys {
-				ks[j] = keys[i]
+			ks := make([]string, 0, len(b.keys))
+			var err error
+			for _, i := range b.keys {
+				if err = c.clean(b.s, keys[i], false); err != nil {
+					break
+				}
+				ks = append(ks, keys[i])
 			}
 			var items map[string]*memcache.Item
-			err := b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
+			if err == nil {
+				err = b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
+			}
+			for k, it := range items {
+				if !c.servable(b.s, k, it.CasID) {
+					delete(items, k)
+				}
+			}
 			f := failureOf(err)
-			c.observe(b.s, f, err)
+			if f != healthy {
+				c.observe(b.s, f, err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, it := range items {
-				b.s.seenCAS(it.CasID)
-			}
 			if found == nil { // the first batch's map is the result: no copy
 				found = items
 			} else {
@@ -126,7 +139,7 @@ func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, f
 			continue
 		}
 		for _, p := range rt.previous(hashes[i], owner[i], now, buf[:0]) {
-			if p.readable() && !c.invalidated(p, k) {
+			if logged, _ := c.inval.lookup(p, k); p.readable() && !logged {
 				bs = addTo(bs, p, i)
 				break
 			}
@@ -146,11 +159,12 @@ func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, f
 				c.sourceFailed(b.s, f, err)
 			}
 			for _, i := range b.keys {
-				if it := items[keys[i]]; it != nil {
-					cp := c.copyTo(owner[i], b.s, it, c.handoffTTL())
-					mu.Lock()
-					found[keys[i]] = cp
-					mu.Unlock()
+				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], it.CasID) {
+					if cp := c.copyTo(owner[i], b.s, it, c.handoffTTL()); cp != nil {
+						mu.Lock()
+						found[keys[i]] = cp
+						mu.Unlock()
+					}
 				}
 			}
 		})

@@ -1,7 +1,6 @@
 package selector
 
 import (
-	"errors"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,63 +13,64 @@ import (
 // keyServer is the attribute of a server's address in the Client's records.
 const keyServer = "server"
 
-// probeKey is the key a probe writes and reads back, to learn the CAS ids
-// a server hands out now (see server.seenCAS).
+// probeKey is the key a Client writes and reads back to learn the CAS ids a
+// server hands out now (see Client.casNow).
 const probeKey = "k8s-memcache-selector:probe"
 
-// observe updates s's health after a request that failed with f: a server
-// that cannot be reached is out at once, one that timed out
-// cfg.timeoutsUntilDown times in a row too; a broken connection drops the
-// server's idle connections, which likely broke with it.
+// observe updates s's health after a request that failed with f, as
+// mcrouter's failure detector does: a server that cannot be reached is out
+// at once (a hard TKO), one that timed out cfg.timeoutsUntilDown times in a
+// row too (a soft TKO); a broken connection drops the server's idle
+// connections, which likely broke with it. An error of this machine's own
+// (out of descriptors) or the server's answer (SERVER_ERROR) says nothing
+// against the server.
 func (c *Client) observe(s *server, f failure, err error) {
 	switch f {
-	case healthy:
+	case healthy, refused:
 		if s.timeouts.Load() != 0 {
 			s.timeouts.Store(0)
 		}
+		if s.keptIn.Load() {
+			s.keptIn.Store(false)
+		}
 	case unreachable:
-		c.takeOut(s, err)
+		c.takeOut(s, false, err)
 	case timedOut:
 		if int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown {
-			c.takeOut(s, err)
+			c.takeOut(s, true, err)
 		}
 	case broken:
 		s.mc.Close()
 	}
 }
 
-// takeOut marks s down for this client, unless it is not up or as many
-// servers are out as cfg.maxDown allows, and starts probing it.
-func (c *Client) takeOut(s *server, err error) {
-	if c.markDown(s) {
+// takeOut marks s down for this client, unless it is not up or, for a soft
+// TKO, as many servers are out softly as the cap allows, and starts probing
+// it.
+func (c *Client) takeOut(s *server, soft bool, err error) {
+	if c.markDown(s, soft) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
 		c.signal()
-	} else if s.status() == up {
+	} else if s.status() == up && !s.keptIn.Swap(true) {
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
 	}
 }
 
 // markDown marks s down, as takeOut says, and reports whether it did.
-func (c *Client) markDown(s *server) bool {
+func (c *Client) markDown(s *server, soft bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.status() != up {
 		return false
 	}
-	out, n := 0, 0
-	if rt := c.rt.Load(); rt != nil {
-		for _, m := range rt.baseSrv {
-			n++
-			if m.status() != up {
-				out++
-			}
-		}
-	}
-	if float64(out+1) > c.cfg.maxDown*float64(n) {
+	if soft && !c.outs.take(s) {
 		return false
 	}
+	s.soft = soft
+	s.downAt = time.Now()
 	s.state.Store(int32(down))
 	s.timeouts.Store(0)
+	s.keptIn.Store(false)
 	s.mc.Close()
 	c.probe(s, c.cfg.probeMin)
 	return true
@@ -87,8 +87,8 @@ func (c *Client) probe(s *server, delay time.Duration) {
 }
 
 // probeLoop pings s, with delays growing by half up to cfg.probeMax and
-// 5-50% jitter, as mcrouter's probes, until it answers and has replayed its
-// invalidations, it leaves, or the Client closes.
+// 5-50% jitter, as mcrouter's probes, until it answers and is back (see
+// Client.recover), it leaves, or the Client closes.
 func (c *Client) probeLoop(s *server, delay time.Duration) {
 	defer func() {
 		c.mu.Lock()
@@ -113,200 +113,53 @@ func (c *Client) probeLoop(s *server, delay time.Duration) {
 	}
 }
 
-// recover brings back s, which answered a probe: it deletes there the keys
-// written or deleted elsewhere while it was out (its invalidations), or
-// flushes it if they overflowed, and then routes to it again. A server that
-// restarted holds nothing older than its restart, so it needs neither;
-// memcached numbers CAS ids from 1 when it starts, so new ids below the
-// highest seen from it before prove a restart. recover reports whether s is
-// up.
-func (c *Client) recover(s *server) bool {
-	c.mu.Lock()
-	if s.status() != down {
-		c.mu.Unlock()
-		return s.status() == up
-	}
-	s.state.Store(int32(replaying))
-	c.mu.Unlock()
+// outCap bounds how many servers may be out at once after timeouts (soft
+// TKOs), so that a fault of this client's own network cannot move the
+// whole cache: mcrouter's max_tko. Servers that refuse connections (hard
+// TKOs) are out whatever the count. A pool's groups share one.
+type outCap struct {
+	share float64
 
-	restarted := false
-	if seen := s.maxCAS.Load(); seen > 0 {
-		var it *memcache.Item
-		err := s.call(func(mc *memcache.Client) (err error) {
-			if err = mc.Set(&memcache.Item{Key: probeKey, Value: []byte{'1'}}); err == nil {
-				it, err = mc.Get(probeKey)
-			}
-			return err
-		})
-		restarted = err == nil && it.CasID < seen
-	}
-	for {
-		c.mu.Lock()
-		log := s.log
-		c.setLog(s, invalidations{})
-		if restarted || len(log.keys) == 0 && !log.overflowed {
-			s.state.Store(int32(up))
-			s.maxCAS.Store(0)
-			c.mu.Unlock()
-			c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted)
-			c.signal()
-			return true
-		}
-		c.mu.Unlock()
-		if err := c.replay(s, log); err != nil {
-			c.mu.Lock()
-			for k := range log.keys {
-				c.remember(s, k)
-			}
-			if log.overflowed {
-				c.setLog(s, invalidations{overflowed: true})
-			}
-			s.state.Store(int32(down))
-			c.mu.Unlock()
-			c.log.Warn("server answered, but replaying its invalidations failed: it stays out", keyServer, s.addr.str, keyError, err)
-			return false
-		}
-	}
+	mu      sync.Mutex
+	out     map[*server]bool
+	members map[*Client]int
 }
 
-// replay deletes log's keys at s, or flushes s if log overflowed. Each key
-// was written or deleted at the server that stood in for s: a value found
-// there is moved back to s (see moveBack), so that no copy is left there to
-// be read if s goes out again. Past the bound the copies stay, and can
-// serve an old value if s fails again before they expire.
-func (c *Client) replay(s *server, log invalidations) error {
-	if log.overflowed {
-		return s.call(func(mc *memcache.Client) error { return mc.FlushAll() })
-	}
-	keys := make(chan string)
-	errs := make(chan error, replayWorkers)
-	var wg sync.WaitGroup
-	for range replayWorkers {
-		wg.Go(func() {
-			var first error
-			for k := range keys {
-				if first != nil {
-					continue
-				}
-				err := s.call(func(mc *memcache.Client) error { return mc.Delete(k) })
-				if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-					first = err
-					continue
-				}
-				c.moveBack(s, k)
-			}
-			errs <- first
-		})
-	}
-	for k := range log.keys {
-		keys <- k
-	}
-	close(keys)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+func newOutCap(share float64) *outCap {
+	return &outCap{share: share, out: map[*server]bool{}, members: map[*Client]int{}}
 }
 
-// replayWorkers is how many keys replay handles at once.
-const replayWorkers = 8
-
-// moveBack moves key, which s owns again, from the server that has it
-// while s is out, as a handoff would (see copyTo).
-func (c *Client) moveBack(s *server, key string) {
-	h := c.hash(key)
-	rt := c.rt.Load()
-	t := rt.owner(h)
-	if t == nil || t == s || rt.baseOwner(h) != s {
-		return
+// take counts s out, if the cap allows it.
+func (o *outCap) take(s *server) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, m := range o.members {
+		n += m
 	}
-	var it *memcache.Item
-	if t.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return }) == nil {
-		c.copyTo(s, t, it, c.handoffTTL())
-	}
-}
-
-// invalidate makes sure that s, which did not get a write or delete of key
-// that it would have owned, never serves key's old value: it deletes key
-// there now if s is up, or else adds it to s's invalidations, which are
-// replayed before s is routed to again. It reports whether it deleted key or
-// queued its delete, as mcrouter's asynclog treats a delete it could not
-// deliver: after it, s never serves key's old value.
-func (c *Client) invalidate(s *server, key string) bool {
-	c.mu.Lock()
-	st := s.status()
-	if st != up && (st != gone || s.lost.Load()) {
-		c.remember(s, key)
-		c.mu.Unlock()
-		return true
-	}
-	c.mu.Unlock()
-	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
-	if f := failureOf(err); f != healthy {
-		c.mu.Lock()
-		c.remember(s, key)
-		if st == gone {
-			s.lost.Store(true)
-		}
-		c.mu.Unlock()
-		return true
-	}
-	return err == nil
-}
-
-// remember adds key to s's invalidations. Past cfg.maxInvalidations keys
-// for s, or cfg.maxLogged for all servers, s's log overflows instead: s is
-// flushed before it is used again. Called with c.mu held.
-func (c *Client) remember(s *server, key string) {
-	if c.logged >= c.cfg.maxLogged {
-		c.setLog(s, invalidations{overflowed: true})
-		return
-	}
-	n := len(s.log.keys)
-	s.log.add(key, c.cfg.maxInvalidations)
-	c.logged += len(s.log.keys) - n
-	s.pending.Store(true)
-}
-
-// setLog makes l the invalidations of s. Called with c.mu held.
-func (c *Client) setLog(s *server, l invalidations) {
-	c.logged += len(l.keys) - len(s.log.keys)
-	s.log = l
-	s.pending.Store(len(l.keys) > 0 || l.overflowed)
-}
-
-// suspect reports whether a value of key that s just returned must not be
-// used: s is routed to, but a delete of key there failed (see invalidate),
-// so it is in s's invalidations. The delete is tried again; the value is
-// not used either way.
-func (c *Client) suspect(s *server, key string) bool {
-	if !s.pending.Load() || !c.invalidated(s, key) {
+	if float64(len(o.out)+1) > o.share*float64(n) {
 		return false
 	}
-	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
-	if err == nil || errors.Is(err, memcache.ErrCacheMiss) {
-		c.mu.Lock()
-		if !s.log.overflowed {
-			n := len(s.log.keys)
-			delete(s.log.keys, key)
-			c.logged -= n - len(s.log.keys)
-			s.pending.Store(len(s.log.keys) > 0)
-		}
-		c.mu.Unlock()
-	}
+	o.out[s] = true
 	return true
 }
 
-// invalidated reports whether key is in s's invalidations, so that a value
-// read from s is not to be trusted.
-func (c *Client) invalidated(s *server, key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return s.log.has(key)
+// give counts s in again.
+func (o *outCap) give(s *server) {
+	o.mu.Lock()
+	delete(o.out, s)
+	o.mu.Unlock()
+}
+
+// setMembers sets how many members c, one of the Clients sharing o, has.
+func (o *outCap) setMembers(c *Client, n int) {
+	o.mu.Lock()
+	if n == 0 {
+		delete(o.members, c)
+	} else {
+		o.members[c] = n
+	}
+	o.mu.Unlock()
 }
 
 func sortStats(ss []ServerStats) {

@@ -1,10 +1,8 @@
 package selector
 
 import (
-	"cmp"
 	"errors"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -18,7 +16,9 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 		it, gerr := get(g.c)
 		switch {
 		case gerr == nil:
-			pl.repair(missed, g, it)
+			if !pl.repair(missed, g, it) {
+				return nil, memcache.ErrCacheMiss
+			}
 			return it, nil
 		case errors.Is(gerr, memcache.ErrMalformedKey):
 			return nil, gerr
@@ -36,26 +36,36 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 }
 
 // repair copies it, found in group g, to the groups that missed it, with
-// add, so that a newer value there is never replaced. A Delete may run
-// between the read at g and an add, and the add would bring the value back:
-// so g is read again after the adds, and the copies are deleted if its value
-// changed or went; and a Delete on a pool with miss failover deletes twice
-// (see pooled.delete), so that a copy added before its first pass ended is
-// gone after its second.
-func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item) {
+// add, so that a newer value there is never replaced, and reports whether it
+// may be served. A write or delete may run between the read at g and an add,
+// and the add would bring an old value back: so g is read again after the
+// adds, and the copies are deleted (or logged for deletion where that fails)
+// if g's value changed or went, or if a write or delete of this client's
+// overtook the repair (see copies), which then serves a miss. A Delete on a
+// pool with miss failover deletes twice (see pooled.delete), so that a copy
+// that another client added before the first pass ended is gone after the
+// second.
+func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item) bool {
 	if len(missed) == 0 {
-		return
+		return !pl.copies.overtaken(it.Key)
 	}
+	st := pl.copies.begin(it.Key)
 	for _, m := range missed {
 		cp := *it
 		cp.Expiration = g.c.handoffTTL()
 		m.c.Add(&cp)
 	}
-	if now, err := g.c.Get(it.Key); err != nil || now.CasID != it.CasID {
+	now, err := g.c.Get(it.Key)
+	overtaken := pl.copies.done(it.Key, st)
+	if err != nil || now.CasID != it.CasID || overtaken {
 		for _, m := range missed {
-			m.c.Delete(it.Key)
+			if err := m.c.Delete(it.Key); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+				m.c.forget(it.Key)
+			}
 		}
+		return false
 	}
+	return true
 }
 
 // delete deletes key in every group; with miss failover, twice (see repair).
@@ -81,8 +91,9 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 			return nil, gerr
 		}
 		for k, it := range items {
-			found[k] = it
-			pl.repair(asked, g, it)
+			if pl.repair(asked, g, it) {
+				found[k] = it
+			}
 		}
 		want = slices.DeleteFunc(slices.Clone(want), func(k string) bool { return found[k] != nil })
 		if len(want) == 0 || gerr == nil && !pl.miss {
@@ -96,10 +107,12 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 	return found, err
 }
 
-// all runs op on every group with servers at once, and returns nil if one
-// succeeded (or the error every group returned, ErrCacheMiss included),
-// after key's copy is invalidated in each group where op failed.
+// all runs op on every group at once, and returns nil if one succeeded;
+// else the answer of a group that answered (ErrCacheMiss, ErrNotStored),
+// else the first failure; ErrNoServers only if no group had a server. A
+// group where op failed has key invalidated (see Client.forget).
 func (pl *pooled) all(key string, op func(c *Client) error) error {
+	pl.copies.written(key)
 	v := pl.view.Load()
 	errs := make([]error, len(v.all))
 	var wg sync.WaitGroup
@@ -108,13 +121,13 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 	}
 	wg.Wait()
 	var ok bool
-	var first error
+	var answer, failed error
 	for i, err := range errs {
 		switch {
 		case err == nil:
 			ok = true
 		case errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored):
-			first = cmp.Or(first, err)
+			answer = cmpOr(answer, err)
 		case errors.Is(err, ErrNoServers):
 		default:
 			if key != "" {
@@ -122,31 +135,55 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 				g.log.Warn("a pool's write failed in this group, which no longer has the key: it is deleted there, or before its server is used again", keyError, err)
 				g.forget(key)
 			}
-			first = cmp.Or(first, err)
+			failed = cmpOr(failed, err)
 		}
 	}
-	if ok {
+	switch {
+	case ok:
 		return nil
+	case answer != nil:
+		return answer
+	case failed != nil:
+		return failed
 	}
-	if first == nil {
-		return ErrNoServers
-	}
-	return first
+	return ErrNoServers
 }
 
-// primary runs op on the primary group, and then then on the others at
-// once when op succeeded there (see Pool).
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// primaryFor returns the primary group for key (see Pool), or nil.
+func (pl *pooled) primaryFor(key string) *group {
+	for _, g := range pl.view.Load().all {
+		if g.c.rt.Load().owner(g.c.hash(key)) != nil {
+			return g
+		}
+	}
+	return nil
+}
+
+// primary runs op on the primary group for key, and then then on the
+// others at once when op succeeded there (see Pool); a group where then
+// fails has key invalidated.
 func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Client) error) error {
-	v := pl.view.Load()
-	if v.primary == nil {
+	if !legalKey(key) {
+		return memcache.ErrMalformedKey
+	}
+	pl.copies.written(key)
+	p := pl.primaryFor(key)
+	if p == nil {
 		return ErrNoServers
 	}
-	if err := op(v.primary.c); err != nil {
+	if err := op(p.c); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
-	for _, g := range v.all {
-		if g != v.primary {
+	for _, g := range pl.view.Load().all {
+		if g != p {
 			wg.Go(func() {
 				if then(g.c) != nil {
 					g.c.forget(key)
@@ -159,11 +196,21 @@ func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Cli
 }
 
 // counter runs op, an Increment or Decrement, on the primary group and
-// sets the value it left in the others.
+// then on the others, so that each replica keeps its own expiration; where
+// it fails (or misses) the key is deleted, so that no replica keeps a value
+// that the others have moved past. It returns the primary's result.
 func (pl *pooled) counter(key string, op func(c *Client) (uint64, error)) (uint64, error) {
 	var v uint64
 	err := pl.primary(key, func(c *Client) (err error) { v, err = op(c); return },
-		func(c *Client) error { return c.Set(&memcache.Item{Key: key, Value: strconv.AppendUint(nil, v, 10)}) })
+		func(c *Client) error {
+			if _, err := op(c); err != nil {
+				if errors.Is(err, memcache.ErrCacheMiss) {
+					return nil // nothing there to move past
+				}
+				return err
+			}
+			return nil
+		})
 	return v, err
 }
 
@@ -179,14 +226,22 @@ func (pl *pooled) each(op func(c *Client) error) error {
 	return first
 }
 
-// forget makes sure key's server in c never serves its value, as after a
-// write that c missed: it deletes it there, or logs it for replay.
+// forget makes sure that no server of c serves key's current value, as
+// after a write that c missed: at the key's member owner, the stand-in c
+// routes it to now, and where it was before a recent change of ring, it is
+// deleted, or logged for deletion.
 func (c *Client) forget(key string) {
 	if !legalKey(key) {
 		return
 	}
 	h := c.hash(key)
-	if b := c.rt.Load().baseOwner(h); b != nil {
-		c.invalidate(b, key)
+	rt := c.rt.Load()
+	b, s := rt.baseOwner(h), rt.owner(h)
+	if s != nil && s != b {
+		c.invalidate(s, key, nil)
+	}
+	c.afterWrite(h, key, s, nil)
+	if b != nil {
+		c.invalidate(b, key, nil)
 	}
 }

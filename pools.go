@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -35,9 +36,13 @@ import (
 //     its server is used again, so it never serves the old value.
 //   - Add, Replace, Increment, Decrement, Append and Prepend depend on the
 //     value a replica holds, which may differ between replicas: they run on
-//     the primary group (the first by name, the same for every client), and
-//     what they leave there is then set (Add, Replace, Increment, Decrement)
-//     or deleted (Append, Prepend) in the others.
+//     the primary group for the key (the first group by name whose server
+//     for the key is up for this client: the same for every client while
+//     they agree on which servers are up), and then what they leave there
+//     is set (Add, Replace) or deleted (Append, Prepend) in the others;
+//     Increment and Decrement run in the others too, so that each replica
+//     keeps its own expiration, and a replica where they fail has the key
+//     deleted.
 //   - CompareAndSwap returns ErrPoolCAS: CAS ids differ per replica, and
 //     the item's id may come from any of them.
 type Pool struct {
@@ -105,9 +110,11 @@ func WithPool(p Pool) Option {
 // pooled is the state of a Client of a replicated or zoned pool.
 type pooled struct {
 	Pool
-	list *ServerList // every member; the groups are made of them (but for AcrossServices)
-	cfg  clientOptions
-	seed uint64 // orders the groups for this client's reads
+	list   *ServerList // every member; the groups are made of them (but for AcrossServices)
+	cfg    clientOptions
+	seed   uint64  // orders the groups for this client's reads
+	outs   *outCap // the cap on servers out, over all the groups' servers
+	copies copies  // repairs in flight
 
 	mu      sync.Mutex
 	groups  map[string]*group
@@ -123,6 +130,7 @@ type group struct {
 	order int // AcrossServices' order: 0 for NewClient's Service
 	list  *ServerList
 	c     *Client
+	left  time.Time // when a replicated pool's pod left; zero while it is a member
 }
 
 // poolView is the groups as requests use them: reads in this client's
@@ -143,8 +151,7 @@ func newPooled(c *Client, p Pool, own string, discover func(addr string) (*Serve
 	}
 	cfg := c.cfg
 	cfg.pool = Pool{}
-	cfg.maxDown = 1 // a group may lose all its servers: its reads and writes fail over to the others
-	pl := &pooled{Pool: p, list: c.list, cfg: cfg, seed: rand.Uint64(),
+	pl := &pooled{Pool: p, list: c.list, cfg: cfg, seed: rand.Uint64(), outs: newOutCap(c.cfg.maxDown),
 		groups: map[string]*group{}, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	if p.kind == services {
 		if err := pl.discover(c, own, discover); err != nil {
@@ -168,9 +175,10 @@ func newPooled(c *Client, p Pool, own string, discover func(addr string) (*Serve
 }
 
 // refresh splits the members into groups: one a pod for a replicated pool,
-// one a zone for a zoned one. A group whose members all left stays, empty,
-// while it is a zone (its servers may return), and is closed while it is a
-// pod (a new pod is a new group).
+// one a zone for a zoned one. A group whose members all left stays, empty:
+// its servers may return (a pod NotReady for a while, a zone lost), and its
+// Client remembers what they must forget meanwhile (see Client). A pod's
+// group is closed once it has been gone for cfg.departedKeep.
 func (pl *pooled) refresh(c *Client) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
@@ -197,18 +205,23 @@ func (pl *pooled) refresh(c *Client) {
 			c.log.Error("refusing a group's servers", "group", name, keyError, err)
 		}
 		if g.c == nil { // after its servers are set, so that its first routing has them
-			g.c = newClientOf(g.list, false, pl.cfg, c.log.With("group", name))
+			g.c = newClientOf(g.list, false, pl.cfg, c.log.With("group", name), pl.outs)
 			pl.groups[name] = g
 		}
+		g.left = time.Time{}
 	}
+	now := time.Now()
 	for name, g := range pl.groups {
-		if _, ok := split[name]; !ok {
-			if pl.kind == replicated {
-				g.c.Close()
-				delete(pl.groups, name)
-			} else {
-				g.list.update(nil)
-			}
+		if _, ok := split[name]; ok {
+			continue
+		}
+		if g.left.IsZero() {
+			g.left = now
+			g.list.update(nil)
+		}
+		if pl.kind == replicated && now.Sub(g.left) >= pl.cfg.departedKeep {
+			g.c.Close()
+			delete(pl.groups, name)
 		}
 	}
 	pl.publish()
@@ -247,7 +260,7 @@ func (pl *pooled) discover(c *Client, own string, discover func(addr string) (*S
 	if discover == nil {
 		return errors.New("AcrossServices needs NewClient, which discovers each Service; NewClientFromList has one list of servers")
 	}
-	pl.groups[own] = &group{name: own, list: c.list, c: newClientOf(c.list, false, pl.cfg, c.log.With("group", own))}
+	pl.groups[own] = &group{name: own, list: c.list, c: newClientOf(c.list, false, pl.cfg, c.log.With("group", own), pl.outs)}
 	for i, addr := range pl.others {
 		if _, ok := pl.groups[addr]; ok || addr == "" {
 			return fmt.Errorf("AcrossServices: Service %q given twice (NewClient's own is %q): give each Service once", addr, own)
@@ -257,7 +270,7 @@ func (pl *pooled) discover(c *Client, own string, discover func(addr string) (*S
 			return fmt.Errorf("AcrossServices: %w", err)
 		}
 		g := &group{name: addr, order: i + 1, list: ss}
-		g.c = newClientOf(ss, true, pl.cfg, c.log.With("group", addr))
+		g.c = newClientOf(ss, true, pl.cfg, c.log.With("group", addr), pl.outs)
 		pl.groups[addr] = g
 		ss.subscribe(pl.changed)
 	}

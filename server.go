@@ -28,27 +28,30 @@ type server struct {
 	inflight atomic.Int32  // requests running on mc
 	retired  atomic.Bool   // left: close its connections once idle
 	lost     atomic.Bool   // left, and no longer serves or failed since: not read or written any more
-	maxCAS   atomic.Uint64 // the highest CAS id a reply carried, to tell a restart
-	pending  atomic.Bool   // its invalidations are not empty: check a value read from it (see Client.suspect)
+	keptIn   atomic.Bool   // failing, but kept in by the cap on servers out
+	pending  atomic.Bool   // its invalidation log is not empty (see invalLog)
+	floor    atomic.Uint64 // values with a lower CAS id predate a lost history: never served (see Client.servable)
+	started  atomic.Int64  // the process start (unix seconds, from stats) that floor was taken in
+	checked  atomic.Int64  // when a value below floor last made the Client check for a restart (unix nanos)
 
 	// Guarded by Client.mu.
-	log      invalidations
 	left     time.Time // when it left the ring; zero while a member
+	downAt   time.Time // when it went out for this client
+	soft     bool      // out after timeouts, which count toward the cap on servers out
 	probing  bool      // a prober goroutine runs
-	failures int       // consecutive failed probes, for the backoff
+	draining bool      // a goroutine deletes its logged keys
 }
 
 type serverState int32
 
 const (
-	up        serverState = iota // routed to
-	down                         // out for this client: failed, probed until it answers
-	replaying                    // answered a probe; its invalidation log is being replayed
-	gone                         // not a member: left the ring
+	up   serverState = iota // routed to
+	down                    // out for this client: failed, probed until it answers
+	gone                    // not a member: left the ring
 )
 
 func (s serverState) String() string {
-	return [...]string{"up", "down", "replaying", "gone"}[s]
+	return [...]string{"up", "down", "gone"}[s]
 }
 
 func (s *server) status() serverState { return serverState(s.state.Load()) }
@@ -114,15 +117,6 @@ func (s *server) readable() bool {
 	return st == up || st == gone && !s.lost.Load()
 }
 
-// seenCAS notes a CAS id the server returned. memcached numbers its CAS ids
-// from 1 when it starts, so a server whose new ids are below one seen
-// before has restarted (see Client.recover).
-func (s *server) seenCAS(id uint64) {
-	if id > s.maxCAS.Load() {
-		s.maxCAS.Store(id)
-	}
-}
-
 // fixed is a memcache.ServerSelector of one server.
 type fixed struct{ a net.Addr }
 
@@ -150,17 +144,30 @@ const (
 	unreachable                // the connection could not be made: nothing was sent
 	timedOut                   // no reply in time: the request may have run
 	broken                     // the connection broke: the request may have run
+	refused                    // the server answered with an error: the request did not run
+	local                      // this machine's resources ran out: nothing was sent, no server is to blame
 )
 
 // failureOf returns what err, from a request to a server, says about it.
 func failureOf(err error) failure {
+	if err == nil {
+		return healthy
+	}
+	return classifyErr(err)
+}
+
+// classifyErr is failureOf for an error, out of line so that the request path
+// for a nil error does not pay for errors.As.
+func classifyErr(err error) failure {
 	var de *dialError
 	var cte *memcache.ConnectTimeoutError
 	var ne net.Error
 	switch {
-	case err == nil, errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
+	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
 		errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrMalformedKey):
 		return healthy
+	case localError(err):
+		return local
 	case errors.As(err, &de), errors.As(err, &cte):
 		return unreachable
 	case errors.As(err, &ne) && ne.Timeout():
@@ -173,40 +180,33 @@ func failureOf(err error) failure {
 	if errors.As(err, &oe) {
 		return broken
 	}
-	return healthy // a server error or an unexpected reply: the server answered
+	// A server error (SERVER_ERROR out of memory, object too large) or an
+	// unexpected reply: the server answered. The request failed there, and
+	// is not tried elsewhere: another server would hold a copy its home
+	// does not know of.
+	return refused
+}
+
+// localError reports whether err is this machine's, not the server's: out
+// of file descriptors, ports or buffers. mcrouter does not count those
+// against a server either; every server would fail alike.
+func localError(err error) bool {
+	for _, e := range [...]syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // appError returns err as gomemcache would have returned it.
 func appError(err error) error {
+	if err == nil {
+		return nil
+	}
 	var de *dialError
 	if errors.As(err, &de) {
 		return de.err
 	}
 	return err
-}
-
-// invalidations is the keys a server must forget before it is routed to
-// again: those written or deleted elsewhere while it was out. Past max keys
-// it is overflowed, and the server is flushed instead.
-type invalidations struct {
-	keys       map[string]struct{}
-	overflowed bool
-}
-
-func (l *invalidations) add(key string, max int) {
-	switch {
-	case l.overflowed:
-	case len(l.keys) >= max:
-		l.keys, l.overflowed = nil, true
-	default:
-		if l.keys == nil {
-			l.keys = map[string]struct{}{}
-		}
-		l.keys[key] = struct{}{}
-	}
-}
-
-func (l *invalidations) has(key string) bool {
-	_, ok := l.keys[key]
-	return l.overflowed || ok
 }

@@ -1,0 +1,223 @@
+package selector
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// The Client's consistency rests on two checks that every operation passes
+// (see the README's "Consistency"):
+//
+//   - the gate, before any request uses a key at a server (clean) and
+//     before a value read from a server is returned (servable): a key the
+//     server must forget is deleted there first, and a value that predates
+//     a history the Client lost, or that a write overtook while it was being
+//     copied, is not served;
+//   - the cleanup, after every write and delete (afterWrite): every other
+//     server where an older value of the key could be read later has it
+//     deleted, or logged for deletion before it is used again.
+//
+// Deleting is always safe: a miss is allowed, an old value is not. So every
+// mechanism below deletes where in doubt, and copies (handoff, pool repair)
+// are conditional and undone when a write overtakes them.
+
+// clean makes key safe to use at s: if s's invalidation log holds key, key
+// is deleted at s and at the stand-in that took its write, and leaves the
+// log. A server with a CAS floor has a value of key that is about to be
+// changed in place checked against it. clean returns the error of the
+// delete at s, which the caller observes as the request's.
+func (c *Client) clean(s *server, key string, inPlace bool) error {
+	if s.floor.Load() != 0 && inPlace {
+		var it *memcache.Item
+		err := s.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
+		if err == nil && !c.servable(s, key, it.CasID) {
+			return nil // servable deleted it
+		}
+	}
+	logged, standIn := c.inval.lookup(s, key)
+	if !logged {
+		return nil
+	}
+	if _, overflowed := c.inval.state(s); overflowed {
+		return nil // a floor stands for the keys it lost
+	}
+	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	if failureOf(err) != healthy {
+		return err
+	}
+	c.cleanStandIn(s, key, standIn)
+	c.inval.done(s, key)
+	return nil
+}
+
+// cleanStandIn deletes key at standIn, which took a write of key while s
+// was out, unless a past ring still has standIn as key's server: then a
+// read hands the copy back to s (see handoff), and every write of key
+// deletes it there (see afterWrite), until the ring is dropped. By then the
+// copy has expired, as its expiration was capped below the handoff window
+// (see standInExp).
+func (c *Client) cleanStandIn(s *server, key string, standIn *server) {
+	if standIn == nil || standIn == s {
+		return
+	}
+	var buf [4]*server
+	if slices.Contains(c.rt.Load().previous(c.hash(key), s, time.Now(), buf[:0]), standIn) {
+		return
+	}
+	c.invalidate(standIn, key, nil)
+}
+
+// servable reports whether a value of key with CAS id cas, just read from s,
+// may be returned. It may not if it is older than s's CAS floor (its
+// history was lost: the value is deleted there, so the next write is
+// trusted), or if a write or delete of key overtook a copy of it that is in
+// flight (see copies).
+func (c *Client) servable(s *server, key string, cas uint64) bool {
+	if c.copies.overtaken(key) {
+		return false
+	}
+	f := s.floor.Load()
+	if f == 0 || cas >= f {
+		return true
+	}
+	if c.restartedSinceFloor(s) {
+		return true
+	}
+	s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	return false
+}
+
+// restartedSinceFloor reports whether s restarted since its CAS floor was
+// taken, and drops the floor if so: its ids start from 1 again, and it holds
+// nothing from before. It asks s at most once a second.
+func (c *Client) restartedSinceFloor(s *server) bool {
+	now := time.Now().UnixNano()
+	last := s.checked.Load()
+	if now-last < int64(time.Second) || !s.checked.CompareAndSwap(last, now) {
+		return false
+	}
+	start, _, err := serverStart(c.ctx, s, c.cfg.conn)
+	if err != nil || start == s.started.Load() {
+		return false
+	}
+	s.floor.Store(0)
+	return true
+}
+
+// floorNow gives s, whose log overflowed while it is up, a CAS floor: none
+// of its values is served until the floor is known, and none older after.
+func (c *Client) floorNow(s *server) {
+	s.floor.Store(math.MaxUint64)
+	c.wg.Go(func() {
+		ctx := c.ctx
+		for ctx.Err() == nil {
+			start, _, err := serverStart(ctx, s, c.cfg.conn)
+			var f uint64
+			if err == nil {
+				f, err = c.casNow(s)
+			}
+			if err == nil {
+				s.started.Store(start)
+				s.floor.Store(f)
+				c.inval.clearOverflow(s)
+				return
+			}
+			if s.status() != up { // recover takes the floor when it returns
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.probeMin):
+			}
+		}
+	})
+}
+
+// invalidate makes sure that s never serves key's old value: it deletes key
+// there now if s is up (or a departed server still serving), or else logs it
+// (with standIn, the server that took a write in s's place), to be deleted
+// before s is used again. It reports whether key was deleted or logged: as
+// mcrouter's asynclog treats a delete it could not deliver, after it s never
+// serves key's old value.
+func (c *Client) invalidate(s *server, key string, standIn *server) bool {
+	if !s.readable() {
+		c.inval.add(s, key, standIn)
+		return true
+	}
+	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	if f := failureOf(err); f != healthy {
+		if s.status() == gone {
+			s.lost.Store(true)
+		}
+		c.inval.add(s, key, standIn)
+		if s.status() == up {
+			if _, overflowed := c.inval.state(s); overflowed {
+				c.floorNow(s)
+			} else {
+				c.drain(s, nil)
+			}
+		}
+		return true
+	}
+	c.cleanStandIn(s, key, standIn)
+	return err == nil
+}
+
+// afterWrite is the cleanup after a write or delete of key, whose hash is
+// h, that ran at s (nil if no server took it) and failed with err: wherever
+// else an older value of key could be read later, it is deleted, or logged
+// for deletion: at key's member owner if s stood in for it, and where the
+// key was before a recent change of ring (a handoff's source). A write that
+// failed at s has key deleted at s too, so that a read after it returns the
+// written value or a miss, never the one before. It reports whether it
+// deleted key somewhere.
+func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
+	rt := c.rt.Load()
+	deleted := false
+	if s != nil {
+		switch f := failureOf(err); {
+		case f == healthy:
+		case f == refused || f == timedOut || f == broken:
+			deleted = c.invalidate(s, key, nil)
+		}
+	}
+	b := rt.baseOwner(h)
+	if b != nil && b != s {
+		deleted = c.invalidate(b, key, s) || deleted
+	}
+	if len(rt.past) == 0 {
+		return deleted
+	}
+	var buf [4]*server
+	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
+		if p != b {
+			deleted = c.invalidate(p, key, nil) || deleted
+		}
+	}
+	return deleted
+}
+
+// standInExp returns exp, an expiration in memcached's form, capped for a
+// write to a stand-in (as mcrouter's failover_exptime): a copy away from a
+// key's home must not outlive the outage by much, in case a cleanup misses
+// it. It returns exp unchanged where no cap applies.
+func (c *Client) standInExp(exp int32) int32 {
+	limit := int32(c.cfg.standInTTL / time.Second)
+	if limit <= 0 || exp < 0 {
+		return exp
+	}
+	rel := int64(exp)
+	if exp > 30*24*3600 { // an absolute unix time
+		rel = int64(exp) - time.Now().Unix()
+		if rel <= 0 {
+			return exp
+		}
+	}
+	if exp == 0 || rel > int64(limit) {
+		return limit
+	}
+	return exp
+}

@@ -1,0 +1,204 @@
+package selector
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// copies tracks the handoff copies and pool repairs in flight, by key, so
+// that a write or delete of a key while it is being copied marks the copy
+// overtaken: the copy is undone, and until it is, the read gate serves no
+// value of the key (another client may, for the time of the copy's check
+// and undo: two round trips at most; see the README's "Consistency").
+type copies struct {
+	n  atomic.Int32 // copies in flight: the gate's fast path
+	mu sync.Mutex
+	m  map[string]*copyState
+}
+
+type copyState struct {
+	refs      int
+	overtaken bool
+}
+
+// begin registers a copy of key; end with done.
+func (cs *copies) begin(key string) *copyState {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m == nil {
+		cs.m = map[string]*copyState{}
+	}
+	st := cs.m[key]
+	if st == nil {
+		st = &copyState{}
+		cs.m[key] = st
+	}
+	st.refs++
+	cs.n.Add(1)
+	return st
+}
+
+// done ends a copy that begin registered, and reports whether a write or
+// delete overtook it.
+func (cs *copies) done(key string, st *copyState) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	st.refs--
+	if st.refs == 0 {
+		delete(cs.m, key)
+	}
+	cs.n.Add(-1)
+	return st.overtaken
+}
+
+// written marks the copies of key in flight overtaken: a write or delete
+// of key is under way.
+func (cs *copies) written(key string) {
+	if cs.n.Load() == 0 {
+		return
+	}
+	cs.mu.Lock()
+	if st := cs.m[key]; st != nil {
+		st.overtaken = true
+	}
+	cs.mu.Unlock()
+}
+
+// check reports whether the copy st was overtaken so far.
+func (cs *copies) check(st *copyState) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return st.overtaken
+}
+
+// overtaken reports whether a copy of key in flight was overtaken.
+func (cs *copies) overtaken(key string) bool {
+	if cs.n.Load() == 0 {
+		return false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	st := cs.m[key]
+	return st != nil && st.overtaken
+}
+
+// handoff looks for key, which missed at s, where it was before a recent
+// change of ring. A value found there, that the gate lets through, is copied
+// to s (see copyTo); the item returned is s's copy, with s's CAS id, when
+// the copy could be read back. The copy expires after exp seconds.
+func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.Item, error) {
+	rt := c.rt.Load()
+	if len(rt.past) == 0 {
+		return nil, memcache.ErrCacheMiss
+	}
+	var buf [4]*server
+	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
+		if !p.readable() {
+			continue
+		}
+		if logged, _ := c.inval.lookup(p, key); logged {
+			continue
+		}
+		var it *memcache.Item
+		err := p.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
+		if f := failureOf(err); f != healthy {
+			c.sourceFailed(p, f, err)
+			continue
+		}
+		if err != nil || !c.servable(p, key, it.CasID) {
+			continue // a miss
+		}
+		if cp := c.copyTo(s, p, it, exp); cp != nil {
+			return cp, nil
+		}
+		return nil, memcache.ErrCacheMiss
+	}
+	return nil, memcache.ErrCacheMiss
+}
+
+// copyTo adds it, read from p, to s, deletes it at p, and returns s's copy
+// (or it if s's cannot be read), or nil if a write or delete overtook the
+// copy. The copy is undone if p's value changed or went after it was read,
+// or a write or delete of this client's overtook it (see copies): either
+// could have put an old value back after a delete at s. A miss later is
+// safe; a stale value is not. Delete deletes where a key was before it
+// deletes at its server, so that the check of p sees it.
+//
+// Where s has the key already, it is not deleted at p: s's value is a
+// write's, which deletes at p itself, or another copy's, whose check of p
+// would take that delete for a racing Delete and undo the copy. Where s
+// failed, p keeps the key for the next read.
+func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.Item {
+	st := c.copies.begin(it.Key)
+	cp := *it
+	cp.Expiration = exp
+	if rt := c.rt.Load(); rt.baseOwner(c.hash(it.Key)) != s {
+		cp.Expiration = c.standInExp(exp)
+	}
+	err := s.call(func(mc *memcache.Client) error { return mc.Add(&cp) })
+	switch {
+	case err == nil:
+		var now *memcache.Item
+		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
+		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
+			c.undoCopy(s, &cp)
+			c.copies.done(it.Key, st)
+			return nil
+		}
+		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+	case !errors.Is(err, memcache.ErrNotStored):
+		c.copies.done(it.Key, st)
+		return it
+	}
+	var got *memcache.Item
+	gerr := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return })
+	if c.copies.done(it.Key, st) {
+		return nil
+	}
+	if gerr == nil {
+		return got
+	}
+	return it
+}
+
+// undoCopy removes cp, a copy that copyTo added at s, unless s's value
+// changed since: a write that landed after the add is newer than the copy
+// and stays. The removal is a CompareAndSwap to an expiration in the past,
+// which memcached applies only if the value is still the one read. If s
+// cannot be read or the removal fails, the key is invalidated there (deleted
+// or logged), as after a write s missed.
+func (c *Client) undoCopy(s *server, cp *memcache.Item) {
+	var got *memcache.Item
+	err := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(cp.Key); return })
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return
+	case err != nil:
+		c.invalidate(s, cp.Key, nil)
+		return
+	case !bytes.Equal(got.Value, cp.Value) || got.Flags != cp.Flags:
+		return // a newer write's
+	}
+	got.Expiration = -1 // expired at once: memcached's delete-if-unchanged
+	if err := s.call(func(mc *memcache.Client) error { return mc.CompareAndSwap(got) }); err != nil && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
+		c.invalidate(s, cp.Key, nil)
+	}
+}
+
+// sourceFailed notes that a handoff's source p failed: one that left is not
+// read again; a member's health is observed as for any request.
+func (c *Client) sourceFailed(p *server, f failure, err error) {
+	if p.status() == gone {
+		p.lost.Store(true)
+		return
+	}
+	c.observe(p, f, err)
+}
+
+// handoffTTL is the expiration, in seconds, of a value a Get copies.
+func (c *Client) handoffTTL() int32 { return int32(c.cfg.handoffTTL / time.Second) }

@@ -1,0 +1,226 @@
+package selector
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// recover brings back s, which answered a probe, and reports whether it is
+// up. What s holds from before its outage may be older than what this
+// client wrote elsewhere meanwhile:
+//
+//   - If memcached says it started after the outage began (its uptime is
+//     shorter), it holds nothing from before: only the stand-ins' copies
+//     are cleaned.
+//   - Else, if its log overflowed, a CAS floor is taken (see casNow): no
+//     value of s older than now is served; they are deleted as they are
+//     read.
+//   - Else its logged keys stay in the log, which the read gate checks,
+//     and are deleted in the background (see drain).
+//
+// s is up as soon as that is decided: a long log cannot keep it out, nor
+// writes to its keys during the drain (the gate cleans a logged key before
+// any request uses it).
+func (c *Client) recover(s *server) bool {
+	c.mu.Lock()
+	if s.status() != down {
+		c.mu.Unlock()
+		return s.status() == up
+	}
+	since := time.Since(s.downAt)
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.conn.timeout)
+	defer cancel()
+	start, uptime, err := serverStart(ctx, s, c.cfg.conn)
+	if err != nil {
+		c.log.Warn("server answered a probe, but not stats: it stays out", keyServer, s.addr.str, keyError, err)
+		return false
+	}
+	restarted := time.Duration(uptime)*time.Second < since
+	var standIns map[string]*server
+	if restarted {
+		standIns = c.inval.take(s).keys
+		s.floor.Store(0) // its CAS ids start again from 1
+	} else if _, overflowed := c.inval.state(s); overflowed {
+		floor, err := c.casNow(s)
+		if err != nil {
+			c.log.Warn("server answered a probe, but not a write: it stays out", keyServer, s.addr.str, keyError, err)
+			return false
+		}
+		s.floor.Store(floor)
+		s.started.Store(start)
+		c.inval.clearOverflow(s)
+	}
+
+	c.mu.Lock()
+	if s.status() != down {
+		c.mu.Unlock()
+		return s.status() == up
+	}
+	if s.soft {
+		c.outs.give(s)
+	}
+	s.state.Store(int32(up))
+	c.mu.Unlock()
+	n, _ := c.inval.state(s)
+	c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted, "invalidations", n)
+	c.refresh(time.Now()) // routed to before recover returns
+	c.signal()            // and the run loop's timer follows the new past ring
+	c.drain(s, standIns)
+	return true
+}
+
+// drain deletes, in the background, s's logged keys at s and at the
+// stand-ins that took them, and the keys of standIns (those of a server that
+// restarted) at their stand-ins only. It stops when s is out again (the
+// keys left stay logged) or the Client closes.
+func (c *Client) drain(s *server, standIns map[string]*server) {
+	c.mu.Lock()
+	if s.draining || c.closed.Load() {
+		c.mu.Unlock()
+		return
+	}
+	s.draining = true
+	c.mu.Unlock()
+	c.wg.Go(func() {
+		defer func() {
+			c.mu.Lock()
+			s.draining = false
+			c.mu.Unlock()
+		}()
+		for k, t := range standIns {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.cleanStandIn(s, k, t)
+		}
+		for c.ctx.Err() == nil && s.status() == up && s.pending.Load() {
+			keys := c.inval.keys(s)
+			if len(keys) == 0 {
+				return // overflowed only: a floor stands for it once s is next back
+			}
+			c.drainKeys(s, keys)
+		}
+	})
+}
+
+// drainKeys cleans keys at s, a few at once.
+func (c *Client) drainKeys(s *server, keys map[string]*server) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range replayWorkers {
+		wg.Go(func() {
+			for k := range work {
+				if s.status() == up && c.ctx.Err() == nil {
+					c.clean(s, k, false) // its failure is observed there
+				}
+			}
+		})
+	}
+	for k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+}
+
+// replayWorkers is how many keys a drain cleans at once.
+const replayWorkers = 8
+
+// casNow returns a CAS id that s hands out now: every value s holds that
+// was written before has a lower one.
+func (c *Client) casNow(s *server) (uint64, error) {
+	var it *memcache.Item
+	err := s.call(func(mc *memcache.Client) (err error) {
+		if err = mc.Set(&memcache.Item{Key: probeKey, Value: []byte{'1'}, Expiration: 60}); err == nil {
+			it, err = mc.Get(probeKey)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return it.CasID, nil
+}
+
+// serverStart asks s, with memcached's stats command, when its process
+// started (unix seconds, as its own clock has it) and how long ago
+// (seconds). memcached reports an uptime a second or two longer than the
+// process has run, never shorter, so a restart judged from it is sound.
+func serverStart(ctx context.Context, s *server, cc connConfig) (start, uptime int64, err error) {
+	dial := cc.dial
+	if dial == nil {
+		d := &net.Dialer{}
+		dial = d.DialContext
+	}
+	ctx, cancel := context.WithTimeout(ctx, cc.timeout)
+	defer cancel()
+	conn, err := dial(ctx, s.addr.Network(), s.addr.String())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("stats\r\n")); err != nil {
+		return 0, 0, err
+	}
+	// A hostile or broken server is bounded: 64 KiB of reply at most.
+	r := bufio.NewReader(&limitedReader{r: conn, n: 64 << 10})
+	var now int64 = -1
+	uptime = -1
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading stats: %w", err)
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if bytes.Equal(line, []byte("END")) {
+			break
+		}
+		f := bytes.Fields(line)
+		if len(f) != 3 || string(f[0]) != "STAT" {
+			continue
+		}
+		switch string(f[1]) {
+		case "time":
+			now, _ = strconv.ParseInt(string(f[2]), 10, 64)
+		case "uptime":
+			uptime, _ = strconv.ParseInt(string(f[2]), 10, 64)
+		}
+	}
+	if now < 0 || uptime < 0 {
+		return 0, 0, errors.New("stats without time and uptime")
+	}
+	return now - uptime, uptime, nil
+}
+
+// limitedReader is io.LimitReader with an error at the limit, so that an
+// endless reply fails instead of looking like its end.
+type limitedReader struct {
+	r interface{ Read([]byte) (int, error) }
+	n int
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errors.New("reply too long")
+	}
+	if len(p) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= n
+	return n, err
+}
