@@ -17,7 +17,7 @@ import (
 
 // newPoolClient returns a Client of pool p over servers in zones: zones[i]
 // is the zone of ms[i].
-func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool) (*Client, *ServerList) {
+func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ...Option) (*Client, *ServerList) {
 	t.Helper()
 	members, err := staticMembers(addrsOf(ms))
 	require.NoError(t, err)
@@ -31,7 +31,8 @@ func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool) (*Clie
 	ss := new(ServerList)
 	_, _, err = ss.update(members)
 	require.NoError(t, err)
-	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300*time.Millisecond), WithPool(p))
+	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond), WithPool(p)}, opt...)
+	c, err := NewClientFromList(ss, opt...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c, ss

@@ -1,0 +1,482 @@
+package selector
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests in this file are the stale reads and availability faults that
+// a review found in the Client (issue "No stale read, ever"), one each,
+// over real memcached. Each failed before the read gate and the write
+// cleanup (gate.go).
+
+// faults is a dialer for tests whose connections to chosen servers fail
+// their writes with a timeout, without sending anything (as a network
+// that drops packets), or delay them.
+type faults struct {
+	mu    sync.Mutex
+	drop  map[string]bool
+	delay map[string]time.Duration
+}
+
+func (f *faults) set(addr string, drop bool, delay time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.drop == nil {
+		f.drop, f.delay = map[string]bool{}, map[string]time.Duration{}
+	}
+	f.drop[addr], f.delay[addr] = drop, delay
+}
+
+func (f *faults) of(addr string) (bool, time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drop[addr], f.delay[addr]
+}
+
+func (f *faults) option() Option {
+	return WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &faultyConn{Conn: c, f: f, addr: addr}, nil
+	})
+}
+
+type faultyConn struct {
+	net.Conn
+	f    *faults
+	addr string
+}
+
+func (c *faultyConn) Write(b []byte) (int, error) {
+	drop, delay := c.f.of(c.addr)
+	if drop {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: timeoutError{}}
+	}
+	time.Sleep(delay)
+	return c.Conn.Write(b)
+}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// hangUntilOut stops m (SIGSTOP) and reads key through c until c takes m
+// out.
+func hangUntilOut(t *testing.T, c *Client, m *memcached, key string) {
+	t.Helper()
+	m.signal(syscall.SIGSTOP)
+	eventually(t, "the server to be out", func() bool {
+		c.Get(key)
+		return stateOf(c, m.addr).State == "down"
+	})
+}
+
+// TestGetMultiAndIncrementPassTheGate: a zone's write fails at its server,
+// which is still up, so the key is logged for deletion there while the other
+// zone takes the write. GetMulti and Increment through that zone must not
+// use the value the write replaced (Get never did).
+func TestGetMultiAndIncrementPassTheGate(t *testing.T) {
+	ms := startMemcached(t, 2)
+	var f faults
+	c, _ := newPoolClient(t, ms, []string{"a", "b"}, ByZone("a"), f.option(), WithFailover(10, 20*time.Millisecond, 100*time.Millisecond, 0.5))
+	for _, k := range []string{"multi", "counter"} {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("10")}))
+	}
+	f.set(ms[0].addr, true, 0)
+	// Zone a's server times out (for the write, and for the delete that
+	// follows): zone b took the writes, so they are acknowledged.
+	require.NoError(t, c.Set(&memcache.Item{Key: "multi", Value: []byte("20")}))
+	require.NoError(t, c.Set(&memcache.Item{Key: "counter", Value: []byte("20")}))
+	f.set(ms[0].addr, false, 0)
+	require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+
+	got, err := c.GetMulti([]string{"multi"})
+	require.NoError(t, err)
+	if it := got["multi"]; it != nil {
+		require.Equal(t, "20", string(it.Value), "GetMulti served the value a Set replaced")
+	}
+	n, err := c.Increment("counter", 1)
+	if err == nil {
+		require.NotEqual(t, uint64(11), n, "Increment computed from the value a Set replaced")
+	}
+}
+
+// TestUnnoticedRestartThenOutage: a server restarts without the Client
+// noticing (its connections broke, the request was retried), and later
+// hangs without restarting. The Client must not take that outage for a
+// restart and forget what the server must delete.
+func TestUnnoticedRestartThenOutage(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(200*time.Millisecond))
+	keys := keysOf(t, ss, ms[0].addr, 50)
+	for _, k := range keys { // CAS ids well above a fresh process's
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v0")}))
+		_, err := c.Get(k)
+		require.NoError(t, err)
+	}
+	ms[0].kill()
+	ms[0].restart()
+	k := keys[0]
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}))
+	_, err := c.Get(k)
+	require.NoError(t, err)
+	require.Equal(t, "up", stateOf(c, ms[0].addr).State, "the restart went unnoticed")
+
+	hangUntilOut(t, c, ms[0], keys[1])
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")}))
+	ms[0].signal(syscall.SIGCONT)
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	it, err := c.Get(k)
+	if err == nil {
+		require.Equal(t, "v2", string(it.Value), "served the value from before the outage")
+	}
+}
+
+// TestStandInCopyAfterRestart: a server is out and its key written at a
+// stand-in; it returns restarted (so it needs no deletes), is written, and
+// goes out again. The stand-in's copy from the first outage must not be
+// served.
+func TestStandInCopyAfterRestart(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(200*time.Millisecond), WithHandoff(0, 0))
+	keys := keysOf(t, ss, ms[0].addr, 20)
+	k := keys[0]
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v0")}))
+		_, err := c.Get(k)
+		require.NoError(t, err)
+	}
+	ms[0].kill()
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")})) // at a stand-in
+	time.Sleep(5 * time.Second)                                            // past memcached's uptime at start
+	ms[0].restart()
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")}))
+
+	hangUntilOut(t, c, ms[0], keys[1])
+	defer ms[0].signal(syscall.SIGCONT)
+	it, err := c.Get(k)
+	if err == nil {
+		require.Equal(t, "v2", string(it.Value), "a stand-in's copy from the first outage")
+	}
+}
+
+// TestStandInWritesAreCapped: a write that goes to a stand-in keeps at most
+// the stand-in expiration (60 s by default), as mcrouter's failover_exptime.
+func TestStandInWritesAreCapped(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms))
+	k := keysOf(t, ss, ms[0].addr, 1)[0]
+	ms[0].kill()
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v"), Expiration: 0}))
+	exp := metaTTL(t, ms[1].addr, k)
+	require.True(t, exp > 0 && exp <= 60, "a stand-in write expires in %d s", exp)
+}
+
+// metaTTL returns the remaining TTL of key at addr (-1 for none), read with
+// memcached's meta get.
+func metaTTL(t *testing.T, addr, key string) int {
+	t.Helper()
+	reply := rawCommand(t, addr, "mg "+key+" t\r\n")
+	var ttl int
+	_, err := fmt.Sscanf(reply, "HD t%d", &ttl)
+	require.NoError(t, err, "mg reply %q", reply)
+	return ttl
+}
+
+// TestPoolStandInInvalidated: in a zoned pool, zone a's server for a key is
+// out and a stand-in in zone a holds the key; then zone a's write fails at
+// that stand-in while zone b takes it. Zone a must not serve the stand-in's
+// old value afterwards.
+func TestPoolStandInInvalidated(t *testing.T) {
+	ms := startMemcached(t, 3)
+	var f faults
+	c, _ := newPoolClient(t, ms, []string{"a", "a", "b"}, ByZone("a"), f.option(), WithFailover(10, 20*time.Millisecond, 100*time.Millisecond, 0.5))
+	// A key that zone a's ring gives to ms[0].
+	var k string
+	for i := 0; ; i++ {
+		k = fmt.Sprint("zk", i)
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("probe")}))
+		if _, err := direct(ms[0].addr).Get(k); err == nil {
+			break
+		}
+	}
+	ms[0].kill()
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")})) // zone a: at ms[1]
+	it, err := direct(ms[1].addr).Get(k)
+	require.NoError(t, err)
+	require.Equal(t, "v1", string(it.Value))
+	f.set(ms[1].addr, true, 0)
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")})) // zone a fails, zone b takes it
+	f.set(ms[1].addr, false, 0)
+	for range 3 {
+		it, err := c.Get(k)
+		if err == nil {
+			require.Equal(t, "v2", string(it.Value), "zone a's stand-in served the value zone b replaced")
+		}
+	}
+}
+
+// TestReplicatedPodReturns: a replicated pool's pod leaves (NotReady) and
+// comes back without restarting; a key written while it was away must not
+// be read from it with its old value.
+func TestReplicatedPodReturns(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newPoolClient(t, ms, []string{"", "", ""}, Replicated())
+	require.NoError(t, c.Set(&memcache.Item{Key: "r", Value: []byte("v1")}))
+	require.Equal(t, 3, holders(ms, "r"))
+	require.NoError(t, ss.SetServers(addrsOf(ms[1:])...))
+	eventually(t, "the pool to see the pod leave", func() bool { return len(c.pool.view.Load().all) >= 2 })
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, c.Set(&memcache.Item{Key: "r", Value: []byte("v2")}))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	time.Sleep(200 * time.Millisecond)
+	if it, err := direct(ms[0].addr).Get("r"); err == nil {
+		require.Equal(t, "v2", string(it.Value), "the returning pod holds the old value, which the pool reads")
+	}
+	for range 20 {
+		it, err := c.Get("r")
+		if err == nil {
+			require.Equal(t, "v2", string(it.Value))
+		}
+	}
+}
+
+// TestFlushAllReachesDepartedServers: a server that left still serves its
+// keys for handoff; FlushAll must flush it too, so that no flushed key comes
+// back.
+func TestFlushAllReachesDepartedServers(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	var keys []string
+	for i := range 60 {
+		keys = append(keys, fmt.Sprint("f", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+	eventually(t, "the client to see the change", func() bool { return stateOf(c, ms[2].addr).State == "gone" })
+	require.NoError(t, c.FlushAll())
+	for _, k := range keys {
+		_, err := c.Get(k)
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s came back after FlushAll", k)
+	}
+}
+
+// TestPoolCounterKeepsItsExpiration: a replicated pool's counter added
+// with a 1 s expiration is gone from every replica after 2.5 s.
+func TestPoolCounterKeepsItsExpiration(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, _ := newPoolClient(t, ms, []string{"", "", ""}, Replicated())
+	require.NoError(t, c.Add(&memcache.Item{Key: "cnt", Value: []byte("1"), Expiration: 1}))
+	n, err := c.Increment("cnt", 2)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), n)
+	for _, m := range ms {
+		it, err := direct(m.addr).Get("cnt")
+		require.NoError(t, err)
+		require.Equal(t, "3", string(it.Value), "replica %s", m)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	require.Zero(t, holders(ms, "cnt"), "a replica kept the counter past its expiration")
+}
+
+// TestPoolDeleteWithADeadReplica: a replicated pool with one replica
+// killed answers a Delete from the live ones, not with the dead one's
+// connection error.
+func TestPoolDeleteWithADeadReplica(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, _ := newPoolClient(t, ms, []string{"", "", ""}, Replicated())
+	for i := range 20 {
+		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("d", i), Value: []byte("v")}))
+	}
+	first := ms[0] // the first group by name: its error came first
+	for _, m := range ms {
+		if m.addr < first.addr {
+			first = m
+		}
+	}
+	first.kill()
+	require.ErrorIs(t, c.Delete("never-set"), memcache.ErrCacheMiss, "the live replicas answered")
+	for i := range 20 {
+		require.NoError(t, c.Delete(fmt.Sprint("d", i)))
+		err := c.Delete(fmt.Sprint("d", i))
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "a second Delete")
+	}
+}
+
+// TestPoolPrimaryOpsWithFirstGroupOut: Add, Increment and Append depend on
+// the primary group; with the first group by name out, they use the next.
+func TestPoolPrimaryOpsWithFirstGroupOut(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, _ := newPoolClient(t, ms, []string{"a", "b"}, ByZone("b"))
+	ms[0].kill()
+	c.Get("x") // zone a's server is found dead
+	eventually(t, "zone a to be out", func() bool {
+		c.Set(&memcache.Item{Key: "x", Value: []byte("1")})
+		return stateOf(c, ms[0].addr).State == "down"
+	})
+	for i := range 10 {
+		k := fmt.Sprint("p", i)
+		require.NoError(t, c.Add(&memcache.Item{Key: k, Value: []byte("1")}), k)
+		n, err := c.Increment(k, 1)
+		require.NoError(t, err, k)
+		require.Equal(t, uint64(2), n)
+		require.NoError(t, c.Append(&memcache.Item{Key: k, Value: []byte("0")}), k)
+	}
+}
+
+// TestPoolStallDoesNotEmptyThePool: every replica of a replicated pool
+// stalls past the timeouts; the cap on servers out is the pool's, so at
+// most half are taken out, and the pool answers as soon as they do.
+func TestPoolStallDoesNotEmptyThePool(t *testing.T) {
+	ms := startMemcached(t, 4)
+	c, _ := newPoolClient(t, ms, []string{"", "", "", ""}, Replicated())
+	require.NoError(t, c.Set(&memcache.Item{Key: "s", Value: []byte("v")}))
+	for _, m := range ms {
+		m.signal(syscall.SIGSTOP)
+	}
+	for range 12 {
+		c.Get("s")
+	}
+	for _, m := range ms {
+		m.signal(syscall.SIGCONT)
+	}
+	out := 0
+	for _, s := range c.Stats().Servers {
+		if s.State == "down" {
+			out++
+		}
+	}
+	require.LessOrEqual(t, out, 2, "servers out: %v", c.Stats())
+	it, err := c.Get("s")
+	require.NoError(t, err, "the pool answers once its servers do")
+	require.Equal(t, "v", string(it.Value))
+}
+
+// TestReturnUnderSteadyWrites: a server returns while its keys are written
+// all the time; it is routed to again at once (no replay that every write
+// extends), and its logged keys are never served old.
+func TestReturnUnderSteadyWrites(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(200*time.Millisecond))
+	keys := keysOf(t, ss, ms[0].addr, 300)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	}
+	hangUntilOut(t, c, ms[0], keys[0])
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.Set(&memcache.Item{Key: keys[i%len(keys)], Value: []byte("new")})
+		}
+	}()
+	ms[0].signal(syscall.SIGCONT)
+	start := time.Now()
+	for stateOf(c, ms[0].addr).State != "up" && time.Since(start) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	back := time.Since(start)
+	close(stop)
+	<-done
+	require.Less(t, back, 3*time.Second, "the server stayed out under writes")
+	for _, k := range keys {
+		if it, err := c.Get(k); err == nil {
+			require.Equal(t, "new", string(it.Value), k)
+		}
+	}
+}
+
+// TestCloseDuringReplay: Close returns within a bounded time while a
+// returning server's logged keys are being deleted.
+func TestCloseDuringReplay(t *testing.T) {
+	ms := startMemcached(t, 2)
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	var f faults
+	c, err := NewClientFromList(ss, fastFailover, WithTimeout(100*time.Millisecond), f.option(), WithSlog(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	keys := keysOf(t, ss, ms[0].addr, 2000)
+	ms[0].kill()
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v")}))
+	}
+	f.set(ms[0].addr, false, 20*time.Millisecond) // it answers, slowly
+	ms[0].restart()
+	eventually(t, "the server to answer", func() bool { return stateOf(c, ms[0].addr).State != "down" })
+	start := time.Now()
+	require.NoError(t, c.Close())
+	require.Less(t, time.Since(start), time.Second, "Close waited for the replay")
+}
+
+// TestServerErrorIsAnAnswer: an item too large for memcached gets
+// SERVER_ERROR: the error is returned, the server stays in, and the key's
+// old value is not served after the failed write.
+func TestServerErrorIsAnAnswer(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms))
+	k := keysOf(t, ss, ms[0].addr, 1)[0]
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	err := c.Set(&memcache.Item{Key: k, Value: make([]byte, 2<<20)})
+	require.Error(t, err)
+	require.False(t, errors.Is(err, ErrNoServers), "%v", err)
+	require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+	if it, err := c.Get(k); err == nil {
+		require.NotEqual(t, "old", string(it.Value), "the value before a failed write")
+	}
+}
+
+// TestLocalErrorsAreNotTheServers: running out of file descriptors or
+// ports is this machine's fault, not the server's.
+func TestLocalErrorsAreNotTheServers(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL} {
+		t.Run(strconv.Itoa(int(errno)), func(t *testing.T) {
+			err := &dialError{fmt.Errorf("dial tcp: %w", errno)}
+			require.Equal(t, local, failureOf(err))
+		})
+	}
+	require.Equal(t, unreachable, failureOf(&dialError{syscall.ECONNREFUSED}))
+}
+
+// rawCommand sends cmd to the memcached at addr and returns its first
+// reply line.
+func rawCommand(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	_, err = conn.Write([]byte(cmd))
+	require.NoError(t, err)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err)
+	return strings.TrimRight(line, "\r\n")
+}
