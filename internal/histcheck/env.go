@@ -45,6 +45,7 @@ func (p Params) outage() time.Duration { return time.Duration(p.Timeouts+2) * p.
 // seed gives the same steps.
 type Env struct {
 	Rng     *rand.Rand
+	Round   int // the schedule's rounds so far
 	Params  Params
 	Servers []*Memcached // every process: the first Members in the ring at the start, then the spares
 	members []int        // indexes into Servers of the ring's members
@@ -54,6 +55,9 @@ type Env struct {
 	st      *opStats
 	end     time.Time
 	steps   []string
+
+	newTarget   func() (Target, func(), error)
+	closeTarget func()
 }
 
 // Remaining reports whether the schedule has time left for another round.
@@ -157,4 +161,22 @@ func (e *Env) Flush() {
 	e.log.Add(ev)
 	e.st.count("flush", phase, err)
 	e.Step("FlushAll: %v", err)
+}
+
+// Renew replaces the target by a new one of the same kind, with the
+// workers quiesced: an application restarted, whose client knows nothing
+// of the ring's past.
+func (e *Env) Renew() error {
+	var err error
+	e.Pause(func() {
+		var t Target
+		var closeT func()
+		if t, closeT, err = e.newTarget(); err != nil {
+			return
+		}
+		e.closeTarget()
+		e.d.t, e.closeTarget = t, closeT
+	})
+	e.Step("new client: %v", err)
+	return err
 }

@@ -6,21 +6,24 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // The bounded run is what go test runs; make bench-e2e runs the long one:
 //
-//	go test ./internal/histcheck -run 'TestHistory' -v -histcheck.duration 60s
+//	go test ./internal/histcheck -run TestHistory -v -histcheck.duration 60s
 //
 // A failure prints the seed; HISTCHECK_SEED or -histcheck.seed runs the
 // same schedules again (the same steps and operation mix; the interleaving
 // of the operations is the machine's).
 var (
 	seedFlag     = flag.Uint64("histcheck.seed", 0, "the run's seed (default $HISTCHECK_SEED, else random)")
-	durationFlag = flag.Duration("histcheck.duration", 2500*time.Millisecond, "how long each schedule runs its rounds")
-	workersFlag  = flag.Int("histcheck.workers", DefaultWorkload.Workers, "goroutines issuing operations")
+	durationFlag = flag.Duration("histcheck.duration", 1500*time.Millisecond, "how long each schedule runs its rounds")
+	workersFlag  = flag.Int("histcheck.workers", DefaultWorkload.Workers, "goroutines issuing operations, per target")
+	targetsFlag  = flag.String("histcheck.targets", "client,client-replicated,gomemcache",
+		"the targets, run side by side on each schedule: client, client-replicated, client-byzone-static, gomemcache")
 )
 
 func runSeed(t *testing.T) uint64 {
@@ -37,7 +40,14 @@ func runSeed(t *testing.T) uint64 {
 	return rand.Uint64() >> 1
 }
 
-func config(t *testing.T) Config {
+// TestHistory runs every schedule, each a subtest, against each target
+// at once (the same steps, from the same seed), and checks the histories:
+// the Client must serve no stale read in any schedule, with any pool kind
+// that a static list allows; gomemcache's client, the control, must serve
+// stale reads where a schedule is expected to show them (the checker is
+// sensitive). Each target is a subtest of its schedule:
+// TestHistory/move-back/client.
+func TestHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the history checker runs real memcached for a while; not in -short")
 	}
@@ -50,59 +60,49 @@ func config(t *testing.T) Config {
 	w := DefaultWorkload
 	w.Workers = *workersFlag
 	cfg := Config{Seed: runSeed(t), Duration: *durationFlag, Workload: w, Params: DefaultParams}
+	var kinds []TargetKind
+	for k := range strings.SplitSeq(*targetsFlag, ",") {
+		kinds = append(kinds, TargetKind(k))
+	}
 	t.Logf("seed %d (rerun with HISTCHECK_SEED=%d)", cfg.Seed, cfg.Seed)
-	return cfg
-}
 
-// runAll runs every schedule against targets of kind k, each a subtest,
-// and logs a summary table; check judges each report.
-func runAll(t *testing.T, k TargetKind, check func(t *testing.T, s Schedule, r *Report)) {
-	cfg := config(t)
-	var lines []string
+	var summary []string
 	for _, s := range Schedules {
 		t.Run(s.Name, func(t *testing.T) {
-			r, err := Run(s, k, cfg)
-			if err != nil {
-				t.Fatal(err)
+			reports := make([]*Report, len(kinds))
+			errs := make([]error, len(kinds))
+			var wg sync.WaitGroup
+			for i, k := range kinds {
+				wg.Go(func() { reports[i], errs[i] = Run(s, k, cfg) })
 			}
-			t.Log("\n" + r.String())
-			lines = append(lines, r.Summary())
-			if r.Result.Unknown > 0 {
-				t.Errorf("%d reads of values no operation wrote", r.Result.Unknown)
+			wg.Wait()
+			for i, k := range kinds {
+				t.Run(string(k), func(t *testing.T) {
+					r := reports[i]
+					if errs[i] != nil {
+						t.Fatal(errs[i])
+					}
+					t.Log("\n" + r.String())
+					summary = append(summary, r.Summary())
+					judge(t, s, r)
+				})
 			}
-			check(t, s, r)
 		})
 	}
-	t.Log("seed " + strconv.FormatUint(cfg.Seed, 10) + "\n" + strings.Join(lines, "\n"))
+	t.Logf("seed %d\n%s", cfg.Seed, strings.Join(summary, "\n"))
 }
 
-// The Client must never serve a stale read, in any schedule, in any pool
-// kind that a static list allows.
-func TestHistoryClient(t *testing.T) {
-	t.Parallel()
-	runAll(t, ClientSharded, noStale)
-}
-
-func TestHistoryClientReplicated(t *testing.T) {
-	t.Parallel()
-	runAll(t, ClientReplicated, noStale)
-}
-
-func noStale(t *testing.T, _ Schedule, r *Report) {
-	if n := len(r.Result.Stale); n > 0 {
-		t.Errorf("%d stale reads by the Client (seed %d); first: %s", n, r.Seed, FormatStale(r.Result.Stale[0]))
+// judge fails the Client on any stale read, and the control where it
+// served none but was expected to.
+func judge(t *testing.T, s Schedule, r *Report) {
+	if r.Result.Unknown > 0 {
+		t.Errorf("%d reads of values no operation wrote", r.Result.Unknown)
 	}
-}
-
-// The checker is sensitive: gomemcache's own client over the same
-// ServerList, which neither fails over nor hands keys off, serves stale
-// reads where a ring change brings a server back to keys written elsewhere
-// meanwhile.
-func TestHistoryControl(t *testing.T) {
-	t.Parallel()
-	runAll(t, Gomemcache, func(t *testing.T, s Schedule, r *Report) {
-		if s.Control && len(r.Result.Stale) == 0 {
-			t.Errorf("gomemcache served no stale read in %s, where it is expected to: the checker is blind", s.Name)
-		}
-	})
+	n := len(r.Result.Stale)
+	switch {
+	case r.Target != Gomemcache && n > 0:
+		t.Errorf("%d stale reads by the Client (schedule seed %d); first:\n%s", n, r.Seed, FormatStale(r.Result.Stale[0]))
+	case r.Target == Gomemcache && s.Control && n == 0:
+		t.Errorf("gomemcache served no stale read in %s, where it is expected to: the checker is blind", s.Name)
+	}
 }

@@ -1,10 +1,13 @@
 package histcheck
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,18 +35,49 @@ func MemcachedPath() (string, error) {
 	return bin, nil
 }
 
+// ports are the ports of this process's memcacheds, so that two runs side
+// by side never get the same one (a port closed after Listen may be given
+// out again at once).
+var ports struct {
+	sync.Mutex
+	used map[string]bool
+}
+
 // StartMemcached starts a memcached on a free port of 127.0.0.1.
 func StartMemcached(bin string) (*Memcached, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	var err error
+	for range 5 {
+		var addr string
+		if addr, err = freePort(); err != nil {
+			return nil, err
+		}
+		m := &Memcached{Addr: addr, bin: bin}
+		if err = m.Start(); err == nil {
+			return m, nil
+		}
+		m.Close()
 	}
-	m := &Memcached{Addr: l.Addr().String(), bin: bin}
-	l.Close()
-	if err := m.Start(); err != nil {
-		return nil, err
+	return nil, err
+}
+
+func freePort() (string, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.used == nil {
+		ports.used = map[string]bool{}
 	}
-	return m, nil
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !ports.used[addr] {
+			ports.used[addr] = true
+			return addr, nil
+		}
+	}
 }
 
 // Start starts the process on m's port, if it is not running, and waits
@@ -65,21 +99,50 @@ func (m *Memcached) Start() error {
 	}
 	m.cmd, m.stopped = cmd, false
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", m.Addr, time.Second)
-		if err == nil {
-			c.Close()
+		pid, err := pidAt(m.Addr)
+		switch {
+		case err == nil && pid == cmd.Process.Pid:
 			return nil
-		}
-		if time.Now().After(deadline) {
+		case err == nil: // another process has the port (another test's): ours could not bind it
+			err = fmt.Errorf("port held by pid %d", pid)
+			m.killLocked()
+			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
+		case time.Now().After(deadline):
+			m.killLocked()
 			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
 		}
 	}
+}
+
+// pidAt asks the memcached at addr for its pid (stats), so that a start
+// is sure to be talking to the process it started.
+func pidAt(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("stats\r\n")); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if pid, ok := strings.CutPrefix(sc.Text(), "STAT pid "); ok {
+			return strconv.Atoi(strings.TrimSpace(pid))
+		}
+	}
+	return 0, fmt.Errorf("no pid in stats: %v", sc.Err())
 }
 
 // Kill SIGKILLs the process and waits for it to exit.
 func (m *Memcached) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.killLocked()
+}
+
+func (m *Memcached) killLocked() {
 	if m.cmd == nil {
 		return
 	}
@@ -110,7 +173,12 @@ func (m *Memcached) signal(s syscall.Signal, stopped bool) {
 	}
 }
 
-// Close kills the process for good.
-func (m *Memcached) Close() { m.Kill() }
+// Close kills the process for good, and frees its port.
+func (m *Memcached) Close() {
+	m.Kill()
+	ports.Lock()
+	delete(ports.used, m.Addr)
+	ports.Unlock()
+}
 
 func (m *Memcached) String() string { return "memcached " + m.Addr }

@@ -17,10 +17,13 @@ type Report struct {
 	Ops      map[string]int // by method
 	Result   Result
 	// Errors are the application's errors, by phase, then "method: kind".
-	Errors   map[string]map[string]int
-	Steps    []string // what the schedule did, when
-	getReads int      // Get and GetMulti values asked for
-	getHits  int
+	Errors map[string]map[string]int
+	Steps  []string // what the schedule did, when
+	// Fill is how long writing every key once took; Close how long the
+	// target's Close took at the end (the Client's replays may hold it).
+	Fill, Close time.Duration
+	getReads    int // Get and GetMulti values asked for
+	getHits     int
 }
 
 func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
@@ -93,6 +96,7 @@ func (r *Report) Summary() string {
 func (r *Report) String() string {
 	var b strings.Builder
 	b.WriteString(r.Summary() + "\n")
+	fmt.Fprintf(&b, "  fill %v, close %v\n", r.Fill.Round(time.Millisecond), r.Close.Round(time.Millisecond))
 	b.WriteString("  ops:")
 	for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
 		fmt.Fprintf(&b, " %s=%d", op, r.Ops[op])

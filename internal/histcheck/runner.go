@@ -1,6 +1,7 @@
 package histcheck
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -52,18 +53,22 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	p := cfg.Params
-	servers := make([]*Memcached, 0, p.Members+p.Spares)
+	servers := make([]*Memcached, p.Members+p.Spares)
+	errs := make([]error, len(servers))
+	var starting sync.WaitGroup
+	for i := range servers { // at once: a start takes a while on a busy machine
+		starting.Go(func() { servers[i], errs[i] = StartMemcached(bin) })
+	}
+	starting.Wait()
 	defer func() {
 		for _, m := range servers {
-			m.Close()
+			if m != nil {
+				m.Close()
+			}
 		}
 	}()
-	for range p.Members + p.Spares {
-		m, err := StartMemcached(bin)
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, m)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 
 	seed := ScheduleSeed(cfg.Seed, s)
@@ -81,10 +86,21 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closeTarget()
+	env.closeTarget = closeTarget
+	env.newTarget = func() (Target, func(), error) { return newTarget(k, list, cfg) }
+	closed := false
+	defer func() {
+		if !closed {
+			env.closeTarget()
+		}
+	}()
 
-	d := &driver{t: t, rec: rec, w: cfg.Workload}
+	d := newDriver(t, rec, cfg.Workload)
 	env.d = d
+	env.Phase("fill")
+	t0 := time.Now()
+	d.fill(rec)
+	fillTime := time.Since(t0)
 	env.Phase("steady")
 	var wg sync.WaitGroup
 	for i := range cfg.Workload.Workers {
@@ -99,7 +115,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	env.end = start.Add(cfg.Duration)
 	env.Sleep(300 * time.Millisecond) // a warm cache before the first fault
 	var runErr error
-	for env.Remaining() && runErr == nil {
+	for ; env.Remaining() && runErr == nil; env.Round++ {
 		runErr = s.Round(env)
 	}
 	env.Phase("final")
@@ -110,11 +126,17 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	for _, m := range servers {
 		m.Cont() // a schedule that failed midway may leave one stopped
 	}
+	t0 = time.Now()
+	env.closeTarget()
+	closed = true
+	closeTime := time.Since(t0)
 	if runErr != nil {
 		return nil, fmt.Errorf("%s: %w", s.Name, runErr)
 	}
 	events := rec.Events()
-	return newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps), nil
+	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
+	r.Fill, r.Close = fillTime, closeTime
+	return r, nil
 }
 
 // newTarget makes the client of kind k over list, with the run's
