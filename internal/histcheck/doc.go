@@ -45,6 +45,26 @@
 //     and ended before the read began: every number of lineage j was
 //     replaced by w2, whichever increment produced it.
 //
+// The lineage rule is stricter than the register rule, and sound: an
+// Increment that returned a number of lineage j ran on lineage j, so in any
+// order of the operations that the store could have followed it comes
+// before a write w2 that replaced the lineage (after w2 it would have
+// returned another lineage's number, or missed), whether or not it
+// overlapped w2 in time; a Set, which reads nothing, may instead be ordered
+// after a w2 it overlaps, which is why the register rule needs w1 to end
+// before w2 begins. It catches a counter copied to a replica after a newer
+// Set or Delete reached it.
+//
 // An Increment that found no value (ErrCacheMiss) is a miss: neither a read
 // nor a write. A Delete that found no value (ErrCacheMiss) is acknowledged.
+//
+// # Pools
+//
+// Over a ServerList filled by SetServers, the pools the public API allows
+// are Sharded and Replicated (a group per server). ByZone needs the zones
+// that discovery reads from EndpointSlices, and SetServers gives none: over
+// a static list a ByZone pool has one group, "", which exercises the pool's
+// code over one sharded ring rather than a zone split (the
+// client-byzone-static target, not in the bounded run). A zone split needs
+// NewClient against an API server (e2e's TestPoolZones).
 package histcheck

@@ -165,10 +165,16 @@ func (e *Env) Flush() {
 
 // Renew replaces the target by a new one of the same kind, with the
 // workers quiesced: an application restarted, whose client knows nothing
-// of the ring's past.
-func (e *Env) Renew() error {
+// of the ring's past. change, if not nil, runs first, while they are: so
+// the new client is the first to see the ring it makes.
+func (e *Env) Renew(change func() error) error {
 	var err error
 	e.Pause(func() {
+		if change != nil {
+			if err = change(); err != nil {
+				return
+			}
+		}
 		var t Target
 		var closeT func()
 		if t, closeT, err = e.newTarget(); err != nil {
