@@ -19,9 +19,10 @@ type Report struct {
 	// Errors are the application's errors, by phase, then "method: kind".
 	Errors map[string]map[string]int
 	Steps  []string // what the schedule did, when
-	// Fill is how long writing every key once took; Close how long the
-	// target's Close took at the end (the Client's replays may hold it).
-	Fill, Close time.Duration
+	// Start is how long the servers and the target took to start; Fill
+	// how long writing the keys once took; Close how long the target's
+	// Close took at the end (the Client's replays may hold it).
+	Start, Fill, Close time.Duration
 	getReads    int // Get and GetMulti values asked for
 	getHits     int
 }
@@ -96,7 +97,7 @@ func (r *Report) Summary() string {
 func (r *Report) String() string {
 	var b strings.Builder
 	b.WriteString(r.Summary() + "\n")
-	fmt.Fprintf(&b, "  fill %v, close %v\n", r.Fill.Round(time.Millisecond), r.Close.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  start %v, fill %v, close %v\n", r.Start.Round(time.Millisecond), r.Fill.Round(time.Millisecond), r.Close.Round(time.Millisecond))
 	b.WriteString("  ops:")
 	for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
 		fmt.Fprintf(&b, " %s=%d", op, r.Ops[op])

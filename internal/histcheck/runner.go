@@ -53,6 +53,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	p := cfg.Params
+	t0 := time.Now()
 	servers := make([]*Memcached, p.Members+p.Spares)
 	errs := make([]error, len(servers))
 	var starting sync.WaitGroup
@@ -97,8 +98,9 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 
 	d := newDriver(t, rec, cfg.Workload)
 	env.d = d
+	startTime := time.Since(t0)
 	env.Phase("fill")
-	t0 := time.Now()
+	t0 = time.Now()
 	d.fill(rec)
 	fillTime := time.Since(t0)
 	env.Phase("steady")
@@ -135,7 +137,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	}
 	events := rec.Events()
 	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
-	r.Fill, r.Close = fillTime, closeTime
+	r.Start, r.Fill, r.Close = startTime, fillTime, closeTime
 	return r, nil
 }
 

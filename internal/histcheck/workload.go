@@ -212,19 +212,17 @@ func ignoreMiss(err error) error {
 	return err
 }
 
-// fill writes every key once before the run, so that every server holds
-// values from the start: a cold key that moves, and is written only after
-// the handoff window, then leaves an older value where it was.
+// fill writes every cold key and counter once before the run, so that
+// every server holds values from the start: a cold key that moves, and is
+// written only after the handoff window, then leaves an older value where
+// it was.
 func (d *driver) fill(rec *Recorder) {
-	var keys []string
-	for i := range d.w.Keys {
-		keys = append(keys, regKey(i))
-	}
+	var keys []string // the hot keys are written soon enough
 	for i := range d.w.ColdKeys {
 		keys = append(keys, coldKey(i))
 	}
 	var wg sync.WaitGroup
-	const fillers = 8
+	const fillers = 16
 	for f := range fillers {
 		log, st := rec.Log(), newOpStats()
 		d.stats = append(d.stats, st)
