@@ -23,8 +23,8 @@ type Report struct {
 	// how long writing the keys once took; Close how long the target's
 	// Close took at the end (the Client's replays may hold it).
 	Start, Fill, Close time.Duration
-	getReads    int // Get and GetMulti values asked for
-	getHits     int
+	getReads           int // Get and GetMulti values asked for
+	getHits            int
 }
 
 func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
