@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet
+.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long
 
 test: unit e2e
 
@@ -32,6 +32,23 @@ test-deps:
 	[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { echo "test-deps: $${missing[*]} missing; install them (Debian: apt-get install $${missing[*]}), or run as root"; exit 1; }; \
 	echo "test-deps: installing $${missing[*]} (apt-get)"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null
+
+# make histcheck: the history checker's bounded run (internal/histcheck,
+# also part of make unit): every fault schedule over real memcached, the
+# Client and gomemcache's client side by side; it fails on any stale read
+# by the Client. HISTCHECK_SEED reruns a seed it printed. make
+# histcheck-long runs each schedule for HISTCHECK_DURATION (make bench-e2e
+# runs it, and goes on to the benchmarks if it fails: its output is in
+# histcheck-long.out).
+HISTCHECK_DURATION ?= 60s
+histcheck: test-deps
+	$(GO) test -race -count=1 -run '^TestHistory$$' -v ./internal/histcheck/
+
+histcheck-long: SHELL := /bin/bash
+histcheck-long: .SHELLFLAGS := -o pipefail -c
+histcheck-long: test-deps
+	$(GO) test -count=1 -timeout 120m -run '^TestHistory$$' -v ./internal/histcheck/ \
+		-histcheck.duration $(HISTCHECK_DURATION) -histcheck.workers 16 | tee histcheck-long.out
 
 vet:
 	$(GO) mod download
@@ -108,4 +125,5 @@ bench-deps:
 bench-e2e:
 	rm -f bench-e2e.md
 	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientSockets|TestPoolReplicated|TestPoolZones|TestPoolAcrossServices)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	-$(MAKE) histcheck-long
 	$(MAKE) bench

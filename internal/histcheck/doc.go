@@ -1,0 +1,70 @@
+// Package histcheck is a randomized history checker for the Client's
+// consistency promise: no read returns a value older than one this client
+// was told to write or delete.
+//
+// A run drives many goroutines over a small hot key space through a
+// Target (the Client, or gomemcache's own client as the control) while a
+// fault schedule, drawn at random from a seed, stops, kills, restarts and
+// flushes real memcached processes on loopback and changes the ring. Every
+// operation is recorded with its start and end (monotonic), result and
+// error; Check then finds the stale reads in the history.
+//
+// # The rule
+//
+// A read is stale if it returns the value of a write w1 when another write
+// or delete w2 of the same key began after w1 ended and was acknowledged
+// before the read began. A miss is always allowed. A write that failed is
+// unacknowledged: it may or may not have taken effect (a Set that timed out
+// against a stopped server lands when the server resumes), so it never
+// serves as w2, and as w1 its end is unknown: a read of its value is never
+// flagged. An acknowledged FlushAll is a delete of every key.
+//
+// # Counters
+//
+// Counter keys have their own key space. A Set of a counter writes a base
+// unique to that Set, j<<32 for the Set's write id j (its lineage), and
+// Increments add 1, so every number names its lineage j and its offset n.
+// A number is produced by the Set of its lineage (n = 0) or by the
+// acknowledged Increments that returned it; an Increment that failed
+// returned nothing, and in a linearizable store each number of a lineage is
+// produced once, so the numbers it may have produced are the ones no
+// acknowledged operation returned. A returned Increment reads the number
+// before its own (x-1) at its start; a Get or GetMulti reads what it
+// returns. A read of x in lineage j is stale if
+//
+//   - (producer rule) x's producers all succeeded, and an acknowledged write
+//     w2 of the key began after the last of them ended and ended before the
+//     read began, where w2 is a Set, a Delete or a FlushAll, an Increment of
+//     another lineage, or an Increment of lineage j that returned more than
+//     x (the count had passed x); an Increment of lineage j that returned x
+//     or less does not count, as the count may legitimately climb to x
+//     again after it; or
+//   - (lineage rule) the Set of lineage j succeeded, and an acknowledged
+//     write w2 of another lineage (a Set, Delete, FlushAll, or an Increment
+//     that returned a number of another lineage) began after that Set ended
+//     and ended before the read began: every number of lineage j was
+//     replaced by w2, whichever increment produced it.
+//
+// The lineage rule is stricter than the register rule, and sound: an
+// Increment that returned a number of lineage j ran on lineage j, so in any
+// order of the operations that the store could have followed it comes
+// before a write w2 that replaced the lineage (after w2 it would have
+// returned another lineage's number, or missed), whether or not it
+// overlapped w2 in time; a Set, which reads nothing, may instead be ordered
+// after a w2 it overlaps, which is why the register rule needs w1 to end
+// before w2 begins. It catches a counter copied to a replica after a newer
+// Set or Delete reached it.
+//
+// An Increment that found no value (ErrCacheMiss) is a miss: neither a read
+// nor a write. A Delete that found no value (ErrCacheMiss) is acknowledged.
+//
+// # Pools
+//
+// Over a ServerList filled by SetServers, the pools the public API allows
+// are Sharded and Replicated (a group per server). ByZone needs the zones
+// that discovery reads from EndpointSlices, and SetServers gives none: over
+// a static list a ByZone pool has one group, "", which exercises the pool's
+// code over one sharded ring rather than a zone split (the
+// client-byzone-static target, not in the bounded run). A zone split needs
+// NewClient against an API server (e2e's TestPoolZones).
+package histcheck

@@ -1,0 +1,184 @@
+package histcheck
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Memcached is a real memcached process on a loopback port of its own,
+// which it keeps across restarts, so that a restart is what a pod's
+// restart looks like to a client: the same address, empty.
+type Memcached struct {
+	Addr string
+	bin  string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	stopped bool // SIGSTOPped
+}
+
+// MemcachedPath returns the memcached binary, or an error saying how to
+// install it.
+func MemcachedPath() (string, error) {
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		return "", fmt.Errorf("memcached is not installed (make test-deps installs it): %w", err)
+	}
+	return bin, nil
+}
+
+// ports are the ports of this process's memcacheds, so that two runs side
+// by side never get the same one (a port closed after Listen may be given
+// out again at once).
+var ports struct {
+	sync.Mutex
+	used map[string]bool
+}
+
+// StartMemcached starts a memcached on a free port of 127.0.0.1.
+func StartMemcached(bin string) (*Memcached, error) {
+	var err error
+	for range 5 {
+		var addr string
+		if addr, err = freePort(); err != nil {
+			return nil, err
+		}
+		m := &Memcached{Addr: addr, bin: bin}
+		if err = m.Start(); err == nil {
+			return m, nil
+		}
+		m.Close()
+	}
+	return nil, err
+}
+
+func freePort() (string, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.used == nil {
+		ports.used = map[string]bool{}
+	}
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !ports.used[addr] {
+			ports.used[addr] = true
+			return addr, nil
+		}
+	}
+}
+
+// Start starts the process on m's port, if it is not running, and waits
+// until it accepts connections.
+func (m *Memcached) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil {
+		return nil
+	}
+	_, port, _ := net.SplitHostPort(m.Addr)
+	// Loopback only, no UDP; one thread, so that a stop stops all of it.
+	cmd := exec.Command(m.bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1", "-c", "1024")
+	if os.Getuid() == 0 {
+		cmd.Args = append(cmd.Args, "-u", "nobody")
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	m.cmd, m.stopped = cmd, false
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		pid, err := pidAt(m.Addr)
+		switch {
+		case err == nil && pid == cmd.Process.Pid:
+			return nil
+		case err == nil: // another process has the port (another test's): ours could not bind it
+			err = fmt.Errorf("port held by pid %d", pid)
+			m.killLocked()
+			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
+		case time.Now().After(deadline):
+			m.killLocked()
+			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
+		}
+	}
+}
+
+// pidAt asks the memcached at addr for its pid (stats), so that a start
+// is sure to be talking to the process it started.
+func pidAt(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("stats\r\n")); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if pid, ok := strings.CutPrefix(sc.Text(), "STAT pid "); ok {
+			return strconv.Atoi(strings.TrimSpace(pid))
+		}
+	}
+	return 0, fmt.Errorf("no pid in stats: %v", sc.Err())
+}
+
+// Kill SIGKILLs the process and waits for it to exit.
+func (m *Memcached) Kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.killLocked()
+}
+
+func (m *Memcached) killLocked() {
+	if m.cmd == nil {
+		return
+	}
+	m.cmd.Process.Kill()
+	m.cmd.Wait()
+	m.cmd, m.stopped = nil, false
+}
+
+// Restart kills the process and starts an empty one on the same port.
+func (m *Memcached) Restart() error {
+	m.Kill()
+	return m.Start()
+}
+
+// Stop SIGSTOPs the process: it keeps its connections and its data, and
+// answers nothing until Cont.
+func (m *Memcached) Stop() { m.signal(syscall.SIGSTOP, true) }
+
+// Cont SIGCONTs a stopped process.
+func (m *Memcached) Cont() { m.signal(syscall.SIGCONT, false) }
+
+func (m *Memcached) signal(s syscall.Signal, stopped bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil {
+		m.cmd.Process.Signal(s)
+		m.stopped = stopped
+	}
+}
+
+// Close kills the process for good, and frees its port.
+func (m *Memcached) Close() {
+	m.Kill()
+	ports.Lock()
+	delete(ports.used, m.Addr)
+	ports.Unlock()
+}
+
+func (m *Memcached) String() string { return "memcached " + m.Addr }

@@ -1,0 +1,141 @@
+package histcheck
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is what one schedule's run found.
+type Report struct {
+	Schedule string
+	Target   TargetKind
+	Seed     uint64 // the schedule's seed (see ScheduleSeed)
+	Elapsed  time.Duration
+	Ops      map[string]int // by method
+	Result   Result
+	// Errors are the application's errors, by phase, then "method: kind".
+	Errors map[string]map[string]int
+	Steps  []string // what the schedule did, when
+	// Start is how long the servers and the target took to start; Fill
+	// how long writing the keys once took; Close how long the target's
+	// Close took at the end (the Client's replays may hold it).
+	Start, Fill, Close time.Duration
+	getReads           int // Get and GetMulti values asked for
+	getHits            int
+}
+
+func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
+	r := &Report{Schedule: s.Name, Target: k, Seed: seed, Elapsed: elapsed, Ops: map[string]int{},
+		Result: res, Errors: map[string]map[string]int{}, Steps: steps}
+	for _, st := range stats {
+		for op, n := range st.ops {
+			r.Ops[op] += n
+		}
+		for ph, kinds := range st.errors {
+			if r.Errors[ph] == nil {
+				r.Errors[ph] = map[string]int{}
+			}
+			for kind, n := range kinds {
+				r.Errors[ph][kind] += n
+			}
+		}
+	}
+	for _, e := range events {
+		if e.Kind == Read {
+			r.getReads++
+			if e.Found {
+				r.getHits++
+			}
+		}
+	}
+	return r
+}
+
+// TotalOps is the number of operations (a GetMulti is one).
+func (r *Report) TotalOps() int {
+	var n int
+	for _, v := range r.Ops {
+		n += v
+	}
+	return n
+}
+
+// TotalErrors is the number of operations that returned an error.
+func (r *Report) TotalErrors() int {
+	var n int
+	for _, kinds := range r.Errors {
+		for _, v := range kinds {
+			n += v
+		}
+	}
+	return n
+}
+
+// HitRate is the share of the values Get and GetMulti asked for that they
+// found.
+func (r *Report) HitRate() float64 {
+	if r.getReads == 0 {
+		return 0
+	}
+	return float64(r.getHits) / float64(r.getReads)
+}
+
+// Summary is one line: schedule, target, operations, stale reads, errors,
+// hit rate.
+func (r *Report) Summary() string {
+	return fmt.Sprintf("%-18s %-21s ops=%-7d stale=%-5d errors=%-5d hit=%5.1f%% unknown=%d seed=%d (%.1fs)",
+		r.Schedule, r.Target, r.TotalOps(), len(r.Result.Stale), r.TotalErrors(), 100*r.HitRate(),
+		r.Result.Unknown, r.Seed, r.Elapsed.Seconds())
+}
+
+// String is the full report: the summary, operations by method, errors by
+// phase and kind, the first stale reads with the writes that prove them,
+// and the schedule's steps.
+func (r *Report) String() string {
+	var b strings.Builder
+	b.WriteString(r.Summary() + "\n")
+	fmt.Fprintf(&b, "  start %v, fill %v, close %v\n", r.Start.Round(time.Millisecond), r.Fill.Round(time.Millisecond), r.Close.Round(time.Millisecond))
+	b.WriteString("  ops:")
+	for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
+		fmt.Fprintf(&b, " %s=%d", op, r.Ops[op])
+	}
+	b.WriteString("\n")
+	for _, ph := range slices.Sorted(maps.Keys(r.Errors)) {
+		fmt.Fprintf(&b, "  errors in %s:", ph)
+		for _, k := range slices.Sorted(maps.Keys(r.Errors[ph])) {
+			fmt.Fprintf(&b, " [%s]=%d", k, r.Errors[ph][k])
+		}
+		b.WriteString("\n")
+	}
+	if n := len(r.Result.Stale); n > 0 {
+		byPhase := map[string]int{}
+		for _, s := range r.Result.Stale {
+			byPhase[s.Read.Phase]++
+		}
+		fmt.Fprintf(&b, "  stale reads by phase: %v\n", byPhase)
+		for _, s := range r.Result.Stale[:min(n, 5)] {
+			b.WriteString(FormatStale(s))
+		}
+	}
+	for _, s := range r.Steps {
+		b.WriteString("  step " + s + "\n")
+	}
+	return b.String()
+}
+
+// FormatStale describes a stale read and its proof.
+func FormatStale(s StaleRead) string {
+	ev := func(e Event) string {
+		v := e.Value
+		if e.Kind == Delete || e.Kind == Flush {
+			v = "-"
+		}
+		return fmt.Sprintf("%s %s=%s [%s, %s] (%s)", e.Op, e.Key, v, ms3(e.Start), ms3(e.End), e.Phase)
+	}
+	return fmt.Sprintf("  STALE (%s rule) %s\n    w1: %s\n    w2: %s\n", s.Rule, ev(s.Read), ev(s.W1), ev(s.W2))
+}
+
+func ms3(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microseconds())/1000) }

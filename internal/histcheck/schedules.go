@@ -1,0 +1,288 @@
+package histcheck
+
+import "time"
+
+// Schedule is a kind of fault, repeated in rounds at random (from the
+// run's seed) until the run's time is up. Each names its phases, so that
+// errors are counted where they happen.
+type Schedule struct {
+	Name string
+	// Control says whether gomemcache's client, which neither fails over
+	// nor hands keys off, is expected to serve stale reads here (see
+	// TestHistory): where a ring change sends keys back to a server that
+	// holds values older than those written elsewhere meanwhile. A stop or
+	// a kill cannot show it: gomemcache sends every key to its one server
+	// throughout, so a write it could not make there failed (and a failed
+	// write proves nothing), and a restarted server is empty.
+	Control bool
+	Round   func(e *Env) error
+}
+
+// Schedules are the fault kinds, one a subtest.
+var Schedules = []Schedule{
+	{Name: "none", Round: none},
+	{Name: "stop", Round: stop},
+	{Name: "kill-fast", Round: killFast},
+	{Name: "kill-slow", Round: killSlow},
+	{Name: "unnoticed-restart", Round: unnoticedRestart},
+	{Name: "two-out", Round: twoOut},
+	{Name: "ring-add-remove", Control: true, Round: addRemove},
+	{Name: "ring-remove-add", Control: true, Round: removeAdd},
+	{Name: "ring-replace", Control: true, Round: replace},
+	{Name: "move-back", Control: true, Round: moveBack},
+	{Name: "flush", Round: flush},
+	{Name: "flush-departed", Control: true, Round: flushDeparted},
+}
+
+// settle lets the client settle between faults: probes, returns, replays.
+func settle(e *Env) {
+	e.Phase("recovery")
+	e.Sleep(e.Between(400*time.Millisecond, 900*time.Millisecond))
+	e.Phase("steady")
+}
+
+// none is no fault: the baseline, for hit rate and throughput.
+func none(e *Env) error {
+	e.Phase("steady")
+	e.Sleep(500 * time.Millisecond)
+	return nil
+}
+
+// stop SIGSTOPs a member past the timeouts that take it out, then
+// SIGCONTs it: it returns with its values, and what was written to its
+// stand-in meanwhile must not be shadowed by them.
+func stop(e *Env) error {
+	i := e.Member()
+	e.Phase("stopped")
+	e.Servers[i].Stop()
+	e.Step("SIGSTOP %d", i)
+	e.Sleep(e.Between(e.Params.outage(), 3*e.Params.outage()))
+	e.Servers[i].Cont()
+	e.Step("SIGCONT %d", i)
+	settle(e)
+	return nil
+}
+
+// killFast SIGKILLs a member and restarts it on its port, empty, inside
+// the first probe's delay.
+func killFast(e *Env) error {
+	return kill(e, 10*time.Millisecond, e.Params.ProbeFirst/2)
+}
+
+// killSlow restarts it after several probes failed.
+func killSlow(e *Env) error {
+	return kill(e, 2*e.Params.ProbeFirst, 3*e.Params.ProbeMax)
+}
+
+func kill(e *Env, lo, hi time.Duration) error {
+	i := e.Member()
+	e.Phase("killed")
+	e.Servers[i].Kill()
+	e.Step("SIGKILL %d", i)
+	e.Sleep(e.Between(lo, hi))
+	if err := e.Servers[i].Start(); err != nil {
+		return err
+	}
+	e.Step("restarted %d", i)
+	settle(e)
+	return nil
+}
+
+// unnoticedRestart restarts a member while the client is idle to it (the
+// workers paused), so that the client may take the broken connections it
+// then finds for a passing fault rather than a restart; an outage of the
+// same server follows, which the client must not take for a restart.
+func unnoticedRestart(e *Env) error {
+	i := e.Member()
+	e.Phase("idle-restart")
+	var err error
+	e.Pause(func() {
+		e.Sleep(20 * time.Millisecond) // the last replies are read
+		err = e.Servers[i].Restart()
+	})
+	if err != nil {
+		return err
+	}
+	e.Step("restarted %d while idle", i)
+	e.Phase("after-restart")
+	e.Sleep(e.Between(200*time.Millisecond, 500*time.Millisecond))
+	e.Phase("stopped")
+	e.Servers[i].Stop()
+	e.Step("SIGSTOP %d", i)
+	e.Sleep(e.Between(e.Params.outage(), 3*e.Params.outage()))
+	e.Servers[i].Cont()
+	e.Step("SIGCONT %d", i)
+	settle(e)
+	return nil
+}
+
+// twoOut takes two members out at once: stopped or killed and restarted.
+func twoOut(e *Env) error {
+	a := e.Member()
+	b := e.Member(a)
+	e.Phase("two-out")
+	kills := e.Rng.IntN(2) == 0
+	for _, i := range []int{a, b} {
+		if kills {
+			e.Servers[i].Kill()
+		} else {
+			e.Servers[i].Stop()
+		}
+	}
+	e.Step("out %d and %d (kill %v)", a, b, kills)
+	e.Sleep(e.Between(e.Params.outage(), 3*e.Params.outage()))
+	for _, i := range []int{b, a} {
+		if kills {
+			if err := e.Servers[i].Start(); err != nil {
+				return err
+			}
+		} else {
+			e.Servers[i].Cont()
+		}
+		e.Sleep(e.Between(0, e.Params.ProbeFirst))
+	}
+	e.Step("back %d and %d", a, b)
+	settle(e)
+	return nil
+}
+
+// inWindow is a wait shorter than the handoff window; pastWindow longer.
+func inWindow(e *Env) time.Duration {
+	return e.Between(e.Params.HandoffWindow/4, e.Params.HandoffWindow*3/4)
+}
+
+func pastWindow(e *Env) time.Duration {
+	return e.Between(e.Params.HandoffWindow*3/2, e.Params.HandoffWindow*2)
+}
+
+// addRemove adds a spare and removes it within the handoff window: the
+// keys it took go back to where they were, which still holds their older
+// values.
+func addRemove(e *Env) error {
+	s := e.Spare()
+	e.Phase("added")
+	if err := e.Add(s); err != nil {
+		return err
+	}
+	e.Sleep(inWindow(e))
+	e.Phase("removed")
+	if err := e.Remove(s); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}
+
+// removeAdd removes a member and adds it back within the window: it
+// returns with the values written before it left.
+func removeAdd(e *Env) error {
+	m := e.Member()
+	e.Phase("removed")
+	if err := e.Remove(m); err != nil {
+		return err
+	}
+	e.Sleep(inWindow(e))
+	e.Phase("returned")
+	if err := e.Add(m); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}
+
+// replace replaces a member by a spare, and after a while, within or past
+// the window, the spare by the member again.
+func replace(e *Env) error {
+	m, s := e.Member(), e.Spare()
+	e.Phase("replaced")
+	if err := e.Remove(m); err != nil {
+		return err
+	}
+	if err := e.Add(s); err != nil {
+		return err
+	}
+	if e.Rng.IntN(2) == 0 {
+		e.Sleep(inWindow(e))
+	} else {
+		e.Sleep(pastWindow(e))
+	}
+	e.Phase("replaced-back")
+	if err := e.Remove(s); err != nil {
+		return err
+	}
+	if err := e.Add(m); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}
+
+// moveBack adds a spare and removes it after the handoff window (issue
+// 17, item 6): the keys move back to their former owners, which still hold
+// the values they had before the spare took them: those of the cold keys
+// written only after the window closed, and, for a client started with
+// the change (every other round, the first included), all of them.
+func moveBack(e *Env) error {
+	s := e.Spare()
+	e.Phase("added")
+	add := func() error { return e.Add(s) }
+	var err error
+	if e.Round%2 == 0 { // a client started with the change: it has no past to consult
+		err = e.Renew(add)
+	} else {
+		err = add()
+	}
+	if err != nil {
+		return err
+	}
+	e.Sleep(pastWindow(e))
+	e.Phase("moved-back")
+	if err := e.Remove(s); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}
+
+// flush calls FlushAll with every member up, or with one stopped (it is to
+// be flushed when it returns).
+func flush(e *Env) error {
+	e.Phase("flush")
+	if e.Rng.IntN(2) == 0 {
+		e.Flush()
+		settle(e)
+		return nil
+	}
+	i := e.Member()
+	e.Phase("stopped-flush")
+	e.Servers[i].Stop()
+	e.Step("SIGSTOP %d", i)
+	e.Sleep(e.Params.outage())
+	e.Flush()
+	e.Sleep(e.Between(0, e.Params.outage()))
+	e.Servers[i].Cont()
+	e.Step("SIGCONT %d", i)
+	settle(e)
+	return nil
+}
+
+// flushDeparted removes a member, calls FlushAll while the member's keys
+// are handed off from it, and adds it back (issue 17, item 7): a flush
+// reaches only the current members.
+func flushDeparted(e *Env) error {
+	m := e.Member()
+	e.Phase("removed")
+	if err := e.Remove(m); err != nil {
+		return err
+	}
+	e.Sleep(e.Between(50*time.Millisecond, e.Params.HandoffWindow/4))
+	e.Phase("flushed")
+	e.Flush()
+	e.Sleep(inWindow(e))
+	e.Phase("returned")
+	if err := e.Add(m); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}

@@ -1,0 +1,66 @@
+package histcheck
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// Target is what a run drives: the Client, or gomemcache's own client as
+// the control. Both have these methods.
+type Target interface {
+	Get(key string) (*memcache.Item, error)
+	GetMulti(keys []string) (map[string]*memcache.Item, error)
+	Set(item *memcache.Item) error
+	Delete(key string) error
+	Increment(key string, delta uint64) (uint64, error)
+	FlushAll() error
+}
+
+var (
+	_ Target = (*memcache.Client)(nil)
+)
+
+// errKind names the kind of an application error for the report: a few
+// words that group errors of one cause (an address or a port would make
+// every error its own kind).
+func errKind(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, memcache.ErrNoServers):
+		return "no servers"
+	case errors.Is(err, memcache.ErrServerError):
+		return "server error"
+	case errors.Is(err, memcache.ErrNotStored):
+		return "not stored"
+	case errors.Is(err, memcache.ErrMalformedKey):
+		return "malformed key"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	var ct *memcache.ConnectTimeoutError
+	if errors.As(err, &ct) {
+		return "connect timeout"
+	}
+	s := err.Error()
+	for _, k := range []string{"EOF", "timeout", "refused", "reset", "broken pipe", "closed"} {
+		if strings.Contains(s, k) {
+			return k
+		}
+	}
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package histcheck
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// Workload is the operation mix: many goroutines over a small hot key
+// space, so that each key is written often and read between its writes.
+type Workload struct {
+	Workers     int
+	Keys        int // hot register keys: Set, Delete, Get, GetMulti
+	CounterKeys int // counter keys: Increment, and Set to a new lineage
+	// ColdKeys are written every few seconds each, so that some are not
+	// written while the handoff window is open after they move, but are
+	// written after it (issue 17, item 6: a move back after the window).
+	ColdKeys int
+}
+
+// DefaultWorkload is the mix of the bounded run.
+var DefaultWorkload = Workload{Workers: 8, Keys: 200, CounterKeys: 40, ColdKeys: 300}
+
+// driver is the state the workers share with the fault schedule.
+type driver struct {
+	t       Target
+	rec     *Recorder
+	w       Workload
+	writeID atomic.Uint64          // unique write ids: values and counter lineages (see newDriver)
+	nonce   string                 // in every value, so that a value from another run is never taken for this one's
+	phase   atomic.Pointer[string] // the schedule's phase
+	gate    sync.RWMutex           // the schedule's Pause takes it to quiesce the workers
+	done    atomic.Bool
+	stats   []*opStats // one per worker, and the schedule's
+}
+
+// opStats counts one goroutine's operations and errors.
+type opStats struct {
+	ops    map[string]int            // by method
+	errors map[string]map[string]int // by phase, then kind
+}
+
+func newOpStats() *opStats {
+	return &opStats{ops: map[string]int{}, errors: map[string]map[string]int{}}
+}
+
+func (s *opStats) count(op, phase string, err error) {
+	s.ops[op]++
+	if k := errKind(err); k != "" {
+		if s.errors[phase] == nil {
+			s.errors[phase] = map[string]int{}
+		}
+		s.errors[phase][op+": "+k]++
+	}
+}
+
+// newDriver returns a driver whose write ids start at random, so that the
+// counters of two runs (which hold no nonce: they are numbers) do not meet.
+func newDriver(t Target, rec *Recorder, w Workload) *driver {
+	d := &driver{t: t, rec: rec, w: w, nonce: strconv.FormatUint(rand.Uint64()%(1<<32), 36)}
+	d.writeID.Store(1 + rand.Uint64()%(1<<30))
+	return d
+}
+
+// value returns a new unique value for a register key.
+func (d *driver) value() string {
+	return "v" + strconv.FormatUint(d.writeID.Add(1), 10) + "." + d.nonce
+}
+
+func regKey(i int) string     { return "k" + strconv.Itoa(i) }
+func coldKey(i int) string    { return "q" + strconv.Itoa(i) }
+func counterKey(i int) string { return "c" + strconv.Itoa(i) }
+
+// worker runs operations until the driver is done.
+func (d *driver) worker(seed uint64, log *Log, st *opStats) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	for !d.done.Load() {
+		d.gate.RLock()
+		d.op(rng, log, st)
+		d.gate.RUnlock()
+	}
+}
+
+func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
+	phase := *d.phase.Load()
+	reg := regKey(rng.IntN(d.w.Keys))
+	ctr := counterKey(rng.IntN(d.w.CounterKeys))
+	start := log.Now()
+	ev := func(k Kind, op, key string, counter bool) Event {
+		return Event{Kind: k, Op: op, Key: key, Counter: counter, Start: start, Phase: phase}
+	}
+	// The mix: 35% Get, 9% GetMulti, 18% Set, 5% Delete of the hot keys; 5%
+	// Get and 3% Set of the cold ones; 14% Increment, 3% Set, 2% Delete
+	// and 6% Get of the counters.
+	r := rng.IntN(100)
+	if r < 8 {
+		reg = coldKey(rng.IntN(d.w.ColdKeys))
+		if r < 5 {
+			r = 8 // a Get
+		} else {
+			r = 52 // a Set
+		}
+	}
+	switch {
+	case r < 43:
+		e := ev(Read, "get", reg, false)
+		it, err := d.t.Get(reg)
+		e.End = log.Now()
+		read(&e, it, err)
+		log.Add(e)
+		st.count("get", phase, ignoreMiss(err))
+	case r < 52:
+		keys := make([]string, 2+rng.IntN(6))
+		for i := range keys {
+			if rng.IntN(4) == 0 {
+				keys[i] = counterKey(rng.IntN(d.w.CounterKeys))
+			} else {
+				keys[i] = regKey(rng.IntN(d.w.Keys))
+			}
+		}
+		items, err := d.t.GetMulti(keys)
+		end := log.Now()
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			e := ev(Read, "getmulti", k, k[0] == 'c')
+			e.End = end
+			if it := items[k]; it != nil {
+				e.Found, e.Value = true, string(it.Value)
+			}
+			e.Err = errKind(err)
+			log.Add(e)
+		}
+		st.count("getmulti", phase, err)
+	case r < 70:
+		v := d.value()
+		e := ev(Write, "set", reg, false)
+		e.Value = v
+		err := d.t.Set(&memcache.Item{Key: reg, Value: []byte(v)})
+		d.ack(log, &e, err, st)
+	case r < 75:
+		e := ev(Delete, "delete", reg, false)
+		err := d.t.Delete(reg)
+		d.ack(log, &e, ignoreMiss(err), st)
+	case r < 89:
+		e := ev(Incr, "incr", ctr, true)
+		n, err := d.t.Increment(ctr, 1)
+		e.End = log.Now()
+		e.OK = err == nil || errors.Is(err, memcache.ErrCacheMiss)
+		e.Found = err == nil
+		if err == nil {
+			e.Value = strconv.FormatUint(n, 10)
+		}
+		e.Err = errKind(ignoreMiss(err))
+		log.Add(e)
+		st.count("incr", phase, ignoreMiss(err))
+		if errors.Is(err, memcache.ErrCacheMiss) {
+			d.setCounter(log, ctr, phase, st) // as an application would: start it
+		}
+	case r < 92:
+		d.setCounter(log, ctr, phase, st)
+	case r < 94:
+		e := ev(Delete, "delete", ctr, true)
+		err := d.t.Delete(ctr)
+		d.ack(log, &e, ignoreMiss(err), st)
+	default:
+		e := ev(Read, "get", ctr, true)
+		it, err := d.t.Get(ctr)
+		e.End = log.Now()
+		read(&e, it, err)
+		log.Add(e)
+		st.count("get", phase, ignoreMiss(err))
+	}
+}
+
+// setCounter starts a new lineage of a counter (see the package doc).
+func (d *driver) setCounter(log *Log, key, phase string, st *opStats) {
+	v := strconv.FormatUint(d.writeID.Add(1)<<counterBits, 10)
+	e := Event{Kind: Write, Op: "set", Key: key, Counter: true, Value: v, Start: log.Now(), Phase: phase}
+	err := d.t.Set(&memcache.Item{Key: key, Value: []byte(v)})
+	d.ack(log, &e, err, st)
+}
+
+// ack records a write that err acknowledged, or did not.
+func (d *driver) ack(log *Log, e *Event, err error, st *opStats) {
+	e.End = log.Now()
+	e.OK = err == nil
+	e.Err = errKind(err)
+	log.Add(*e)
+	st.count(e.Op, e.Phase, err)
+}
+
+// read fills in what a Get found.
+func read(e *Event, it *memcache.Item, err error) {
+	if err == nil && it != nil {
+		e.Found, e.Value = true, string(it.Value)
+	}
+	e.Err = errKind(ignoreMiss(err))
+}
+
+func ignoreMiss(err error) error {
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return nil
+	}
+	return err
+}
+
+// fill writes every cold key and counter once before the run, so that
+// every server holds values from the start: a cold key that moves, and is
+// written only after the handoff window, then leaves an older value where
+// it was.
+func (d *driver) fill(rec *Recorder) {
+	var keys []string // the hot keys are written soon enough
+	for i := range d.w.ColdKeys {
+		keys = append(keys, coldKey(i))
+	}
+	var wg sync.WaitGroup
+	const fillers = 16
+	for f := range fillers {
+		log, st := rec.Log(), newOpStats()
+		d.stats = append(d.stats, st)
+		wg.Go(func() {
+			for i := f; i < len(keys); i += fillers {
+				v := d.value()
+				e := Event{Kind: Write, Op: "set", Key: keys[i], Value: v, Start: log.Now(), Phase: "fill"}
+				d.ack(log, &e, d.t.Set(&memcache.Item{Key: keys[i], Value: []byte(v)}), st)
+			}
+			for i := f; i < d.w.CounterKeys; i += fillers {
+				d.setCounter(log, counterKey(i), "fill", st)
+			}
+		})
+	}
+	wg.Wait()
+}
