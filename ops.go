@@ -286,7 +286,7 @@ func (c *Client) FlushAll() error {
 			continue
 		}
 		c.inval.overflow(s)
-		if st == up {
+		if s.status() == up {
 			c.floorNow(s)
 		}
 		if st != gone && first == nil {

@@ -196,23 +196,31 @@ func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Cli
 }
 
 // counter runs op, an Increment or Decrement, on the primary group and
-// then on the others, so that each replica keeps its own expiration; where
-// it fails (or misses) the key is deleted, so that no replica keeps a value
-// that the others have moved past. It returns the primary's result.
+// then on the others, so that each replica keeps its own expiration. A
+// replica that answers another value than the primary's had diverged (two
+// Sets that met in another order there): the key is deleted there, as where
+// op fails, so that no replica keeps a value that the others moved past. It
+// returns the primary's result.
 func (pl *pooled) counter(key string, op func(c *Client) (uint64, error)) (uint64, error) {
 	var v uint64
 	err := pl.primary(key, func(c *Client) (err error) { v, err = op(c); return },
 		func(c *Client) error {
-			if _, err := op(c); err != nil {
-				if errors.Is(err, memcache.ErrCacheMiss) {
-					return nil // nothing there to move past
-				}
+			n, err := op(c)
+			switch {
+			case errors.Is(err, memcache.ErrCacheMiss):
+				return nil // nothing there to move past
+			case err != nil:
 				return err
+			case n != v:
+				return errDiverged
 			}
 			return nil
 		})
 	return v, err
 }
+
+// errDiverged is a replica's counter that differs from the primary's.
+var errDiverged = errors.New("selector: a replica's counter differs from the primary's")
 
 // each runs op on every group, one after the other, and returns the first
 // error.

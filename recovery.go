@@ -72,7 +72,10 @@ func (c *Client) recover(s *server) bool {
 	}
 	s.state.Store(int32(up))
 	c.mu.Unlock()
-	n, _ := c.inval.state(s)
+	n, overflowed := c.inval.state(s)
+	if overflowed { // a FlushAll or an overflow while it was being decided
+		c.floorNow(s)
+	}
 	c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted, "invalidations", n)
 	c.refresh(time.Now()) // routed to before recover returns
 	c.signal()            // and the run loop's timer follows the new past ring
