@@ -45,6 +45,7 @@ type Client struct {
 	inval  *invalLog // the keys each server must forget before it serves them
 	outs   *outCap   // the cap on servers out after timeouts, shared by a pool's groups
 	copies copies    // handoff copies in flight
+	gains  gains     // the slots each server gained, and its CAS floor then
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
@@ -271,6 +272,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	for _, p := range rt.past {
 		next = min(next, p.until.Sub(now))
 	}
+	c.takeFloors(c.gains.record(c.rt.Load(), rt)) // before rt is read
 	c.rt.Store(rt)
 	return max(next, time.Millisecond)
 }

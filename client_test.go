@@ -544,7 +544,9 @@ func TestHandoffMemory(t *testing.T) {
 	})
 	all := retainedBytes(func() any {
 		var err error
-		c, err = NewClientFromList(&ss, WithSlog(slog.New(slog.DiscardHandler)))
+		// The servers are made up: nothing is dialed.
+		refuse := WithDialContext(func(context.Context, string, string) (net.Conn, error) { return nil, syscall.ECONNREFUSED })
+		c, err = NewClientFromList(&ss, WithSlog(slog.New(slog.DiscardHandler)), refuse)
 		require.NoError(t, err)
 		for i := 1; i <= 6; i++ { // one pod replaced a step
 			require.NoError(t, ss.SetServers(addrs[i:n+i]...))

@@ -30,10 +30,10 @@ import (
 // changed in place checked against it. clean returns the error of the
 // delete at s, which the caller observes as the request's.
 func (c *Client) clean(s *server, key string, inPlace bool) error {
-	if s.floor.Load() != 0 && inPlace {
+	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key)) != nil) {
 		var it *memcache.Item
 		err := s.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
-		if err == nil && !c.servable(s, key, it.CasID) {
+		if err == nil && !c.servable(s, key, c.hash(key), it.CasID) {
 			return nil // servable deleted it
 		}
 	}
@@ -70,40 +70,54 @@ func (c *Client) cleanStandIn(s *server, key string, standIn *server) {
 	c.invalidate(standIn, key, nil)
 }
 
-// servable reports whether a value of key with CAS id cas, just read from s,
-// may be returned. It may not if it is older than s's CAS floor (its
-// history was lost: the value is deleted there, so the next write is
-// trusted), or if a write or delete of key overtook a copy of it that is in
-// flight (see copies).
-func (c *Client) servable(s *server, key string, cas uint64) bool {
+// servable reports whether a value of key (of hash h) with CAS id cas,
+// just read from s, may be returned. It may not if a write or delete of key
+// overtook a copy of it in flight (see copies); or if it is older than a CAS
+// floor of s: the floor of an overflowed log (s's history was lost), or the
+// one taken when s gained key's slot in a change of ring (see gains). A value
+// below a known floor is deleted there, so that the next write is trusted.
+func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 	if c.copies.overtaken(key) {
 		return false
 	}
-	f := s.floor.Load()
+	f, started := s.floor.Load(), s.started.Load()
+	if e := c.gains.of(s, h); e != nil && e.floor.Load() > f {
+		f, started = e.floor.Load(), e.started.Load()
+		if f == math.MaxUint64 {
+			c.fetchFloor(e)
+		}
+	}
 	if f == 0 || cas >= f {
 		return true
 	}
-	if c.restartedSinceFloor(s) {
+	if f == math.MaxUint64 {
+		return false // the floor is being taken
+	}
+	if c.restartedSince(s, started) {
 		return true
 	}
 	s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
 	return false
 }
 
-// restartedSinceFloor reports whether s restarted since its CAS floor was
-// taken, and drops the floor if so: its ids start from 1 again, and it holds
-// nothing from before. It asks s at most once a second.
-func (c *Client) restartedSinceFloor(s *server) bool {
+// restartedSince reports whether s restarted since the process that
+// started at started, and drops the floors taken before its restart if so:
+// its CAS ids start from 1 again, and it holds nothing from before. It asks
+// s at most once a second.
+func (c *Client) restartedSince(s *server, started int64) bool {
 	now := time.Now().UnixNano()
 	last := s.checked.Load()
 	if now-last < int64(time.Second) || !s.checked.CompareAndSwap(last, now) {
 		return false
 	}
-	start, _, err := serverStart(c.ctx, s, c.cfg.conn)
-	if err != nil || start == s.started.Load() {
+	start, err := serverStart(c.ctx, s, c.cfg.conn)
+	if err != nil || start == started {
 		return false
 	}
-	s.floor.Store(0)
+	if s.started.Load() != start {
+		s.floor.Store(0)
+	}
+	c.gains.restarted(s, start)
 	return true
 }
 
@@ -111,10 +125,13 @@ func (c *Client) restartedSinceFloor(s *server) bool {
 // of its values is served until the floor is known, and none older after.
 func (c *Client) floorNow(s *server) {
 	s.floor.Store(math.MaxUint64)
+	if c.closed.Load() {
+		return
+	}
 	c.wg.Go(func() {
 		ctx := c.ctx
 		for ctx.Err() == nil {
-			start, _, err := serverStart(ctx, s, c.cfg.conn)
+			start, err := serverStart(ctx, s, c.cfg.conn)
 			var f uint64
 			if err == nil {
 				f, err = c.casNow(s)

@@ -60,7 +60,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 				err = b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
 			}
 			for k, it := range items {
-				if !c.servable(b.s, k, it.CasID) {
+				if !c.servable(b.s, k, c.hash(k), it.CasID) {
 					delete(items, k)
 				}
 			}
@@ -159,7 +159,7 @@ func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, f
 				c.sourceFailed(b.s, f, err)
 			}
 			for _, i := range b.keys {
-				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], it.CasID) {
+				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], hashes[i], it.CasID) {
 					if cp := c.copyTo(owner[i], b.s, it, c.handoffTTL()); cp != nil {
 						mu.Lock()
 						found[keys[i]] = cp

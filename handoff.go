@@ -110,7 +110,7 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 			c.sourceFailed(p, f, err)
 			continue
 		}
-		if err != nil || !c.servable(p, key, it.CasID) {
+		if err != nil || !c.servable(p, key, h, it.CasID) {
 			continue // a miss
 		}
 		if cp := c.copyTo(s, p, it, exp); cp != nil {

@@ -50,6 +50,7 @@ func (c *Client) observe(s *server, f failure, err error) {
 func (c *Client) takeOut(s *server, soft bool, err error) {
 	if c.markDown(s, soft) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
+		c.refresh(time.Now()) // so that its stand-ins' gains are known before they serve its keys
 		c.signal()
 	} else if s.status() == up && !s.keptIn.Swap(true) {
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)

@@ -23,7 +23,7 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		}
 		if err = c.clean(s, r.key, r.kind.inPlace()); err == nil {
 			err = c.runOp(s, r, s != rt.baseOwner(h))
-			if err == nil && r.got != nil && !c.servable(s, r.key, r.got.CasID) {
+			if err == nil && r.got != nil && !c.servable(s, r.key, h, r.got.CasID) {
 				r.got, err = nil, memcache.ErrCacheMiss
 			}
 		}

@@ -18,9 +18,8 @@ import (
 // up. What s holds from before its outage may be older than what this
 // client wrote elsewhere meanwhile:
 //
-//   - If memcached says it started after the outage began (its uptime is
-//     shorter), it holds nothing from before: only the stand-ins' copies
-//     are cleaned.
+//   - If memcached says that its process started after the outage began,
+//     it holds nothing from before: only the stand-ins' copies are cleaned.
 //   - Else, if its log overflowed, a CAS floor is taken (see casNow): no
 //     value of s older than now is served; they are deleted as they are
 //     read.
@@ -36,17 +35,22 @@ func (c *Client) recover(s *server) bool {
 		c.mu.Unlock()
 		return s.status() == up
 	}
-	since := time.Since(s.downAt)
+	downAt := s.downAt.Unix()
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.conn.timeout)
 	defer cancel()
-	start, uptime, err := serverStart(ctx, s, c.cfg.conn)
+	start, err := serverStart(ctx, s, c.cfg.conn)
 	if err != nil {
 		c.log.Warn("server answered a probe, but not stats: it stays out", keyServer, s.addr.str, keyError, err)
 		return false
 	}
-	restarted := time.Duration(uptime)*time.Second < since
+	// memcached's process start (its clock's time less its uptime) is a
+	// constant of the process, a few seconds before it really started; so a
+	// start after the outage began, by more than the clocks of two machines
+	// differ, proves a restart. A restart it cannot prove costs a replay of
+	// deletes that find nothing.
+	restarted := start > downAt+restartSlack
 	var standIns map[string]*server
 	if restarted {
 		standIns = c.inval.take(s).keys
@@ -156,11 +160,15 @@ func (c *Client) casNow(s *server) (uint64, error) {
 	return it.CasID, nil
 }
 
+// restartSlack is how far, in seconds, a server's clock may be ahead of
+// the Client's for a restart judged from it to be sound.
+const restartSlack = 2
+
 // serverStart asks s, with memcached's stats command, when its process
-// started (unix seconds, as its own clock has it) and how long ago
-// (seconds). memcached reports an uptime a second or two longer than the
-// process has run, never shorter, so a restart judged from it is sound.
-func serverStart(ctx context.Context, s *server, cc connConfig) (start, uptime int64, err error) {
+// started (unix seconds, by its own clock): its time less its uptime. Both
+// come from memcached's clock, which ticks once a second and lags after the
+// process was stopped (SIGSTOP); their difference does not move.
+func serverStart(ctx context.Context, s *server, cc connConfig) (start int64, err error) {
 	dial := cc.dial
 	if dial == nil {
 		d := &net.Dialer{}
@@ -170,23 +178,22 @@ func serverStart(ctx context.Context, s *server, cc connConfig) (start, uptime i
 	defer cancel()
 	conn, err := dial(ctx, s.addr.Network(), s.addr.String())
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
 	if _, err := conn.Write([]byte("stats\r\n")); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	// A hostile or broken server is bounded: 64 KiB of reply at most.
 	r := bufio.NewReader(&limitedReader{r: conn, n: 64 << 10})
-	var now int64 = -1
-	uptime = -1
+	var now, uptime int64 = -1, -1
 	for {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return 0, 0, fmt.Errorf("reading stats: %w", err)
+			return 0, fmt.Errorf("reading stats: %w", err)
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		if bytes.Equal(line, []byte("END")) {
@@ -204,9 +211,9 @@ func serverStart(ctx context.Context, s *server, cc connConfig) (start, uptime i
 		}
 	}
 	if now < 0 || uptime < 0 {
-		return 0, 0, errors.New("stats without time and uptime")
+		return 0, errors.New("stats without time and uptime")
 	}
-	return now - uptime, uptime, nil
+	return now - uptime, nil
 }
 
 // limitedReader is io.LimitReader with an error at the limit, so that an

@@ -72,6 +72,9 @@ func (c *Client) runOp(s *server, r *keyOp, standIn bool) error {
 	if s.inflight.Add(-1) == 0 && s.retired.Load() {
 		s.mc.Close()
 	}
+	if err == nil && !s.contacted.Load() {
+		s.contacted.Store(true)
+	}
 	return err
 }
 

@@ -23,16 +23,17 @@ type server struct {
 	addr *staticAddr
 	mc   *memcache.Client
 
-	state    atomic.Int32  // a serverState
-	timeouts atomic.Int32  // consecutive timeouts
-	inflight atomic.Int32  // requests running on mc
-	retired  atomic.Bool   // left: close its connections once idle
-	lost     atomic.Bool   // left, and no longer serves or failed since: not read or written any more
-	keptIn   atomic.Bool   // failing, but kept in by the cap on servers out
-	pending  atomic.Bool   // its invalidation log is not empty (see invalLog)
-	floor    atomic.Uint64 // values with a lower CAS id predate a lost history: never served (see Client.servable)
-	started  atomic.Int64  // the process start (unix seconds, from stats) that floor was taken in
-	checked  atomic.Int64  // when a value below floor last made the Client check for a restart (unix nanos)
+	state     atomic.Int32  // a serverState
+	timeouts  atomic.Int32  // consecutive timeouts
+	inflight  atomic.Int32  // requests running on mc
+	retired   atomic.Bool   // left: close its connections once idle
+	lost      atomic.Bool   // left, and no longer serves or failed since: not read or written any more
+	keptIn    atomic.Bool   // failing, but kept in by the cap on servers out
+	contacted atomic.Bool   // a request of the Client's succeeded there
+	pending   atomic.Bool   // its invalidation log is not empty (see invalLog)
+	floor     atomic.Uint64 // values with a lower CAS id predate a lost history: never served (see Client.servable)
+	started   atomic.Int64  // the process start (unix seconds, from stats) that floor was taken in
+	checked   atomic.Int64  // when a value below floor last made the Client check for a restart (unix nanos)
 
 	// Guarded by Client.mu.
 	left     time.Time // when it left the ring; zero while a member
@@ -92,6 +93,9 @@ func (s *server) call(f func(*memcache.Client) error) error {
 	err := f(s.mc)
 	if s.inflight.Add(-1) == 0 && s.retired.Load() {
 		s.mc.Close()
+	}
+	if err == nil && !s.contacted.Load() {
+		s.contacted.Store(true)
 	}
 	return err
 }
