@@ -34,7 +34,7 @@ type gains struct {
 
 // gain is one server's gain of slots at one change.
 type gain struct {
-	s       *server
+	s        *server
 	floor    atomic.Uint64 // math.MaxUint64 until known
 	started  atomic.Int64  // the process start the floor was taken in (see serverStart)
 	fetching atomic.Bool   // a goroutine takes the floor
