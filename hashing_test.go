@@ -36,7 +36,7 @@ func TestHashingModes(t *testing.T) {
 		want func(key string) string // the reference mapping over addrs
 	}{
 		{"ketama", Ketama(), func(key string) string {
-			c := newContinuum([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}, make([]uint32, 4))
+			c := newContinuum([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}, make([]uint32, 4), listOrder(4))
 			return addrs[c.owner(uint64(md5Key(key)))]
 		}},
 		{"ch3", Ch3(), func(key string) string { return addrs[ch3Of(key, 4)] }},
@@ -82,6 +82,49 @@ func TestCh3Order(t *testing.T) {
 	}
 }
 
+// TestSetServersReorder: SetServers with the same servers in another order
+// gives Ch3 the new order, key for key as a fresh list of that order (it
+// kept the first order once: the update saw the same members and returned
+// early), and Ketama too, whose equal points go by the order (see
+// TestKetamaTies). Where nothing can change, nothing is rebuilt: the same
+// list again in every mode, and another order on the library's own ring,
+// which is the same for a set in any order.
+func TestSetServersReorder(t *testing.T) {
+	abc := []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"}
+	cba := []string{"10.0.0.3:11211", "10.0.0.2:11211", "10.0.0.1:11211"}
+	list := func(h Hashing, servers []string) *ServerList {
+		ss := new(ServerList)
+		require.NoError(t, ss.SetHashing(h))
+		require.NoError(t, ss.SetServers(servers...))
+		return ss
+	}
+	for _, tc := range []struct {
+		name      string
+		h         Hashing
+		reordered bool // whether another order is another ring
+	}{{"own ring", Hashing{}, false}, {"ketama", Ketama(), true}, {"ch3", Ch3(), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := list(tc.h, abc)
+			r := ss.ring.Load()
+			require.NoError(t, ss.SetServers(abc...))
+			require.Same(t, r, ss.ring.Load(), "the same list again rebuilt the ring")
+
+			require.NoError(t, ss.SetServers(cba...))
+			if !tc.reordered {
+				require.Same(t, r, ss.ring.Load(), "another order rebuilt the ring")
+			}
+			require.Equal(t, pickAll(t, list(tc.h, cba), 2000), pickAll(t, ss, 2000), "the mapping after another order")
+			if tc.reordered {
+				r = ss.ring.Load()
+				require.NoError(t, ss.SetServers(cba...))
+				require.Same(t, r, ss.ring.Load(), "the same list again rebuilt the ring")
+				require.NoError(t, ss.SetServers(abc...))
+				require.Equal(t, pickAll(t, list(tc.h, abc), 2000), pickAll(t, ss, 2000), "the mapping back in the first order")
+			}
+		})
+	}
+}
+
 // TestHashingDiscovery: discovered servers under Ketama are named by
 // ip:port, or with ByHostname by their pods' DNS names; under Ch3 they are
 // placed by their pods' ordinals, and a pod not ready leaves a hole whose
@@ -106,12 +149,28 @@ func TestHashingDiscovery(t *testing.T) {
 		require.NoError(t, ref.SetServers("10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"))
 		require.Equal(t, pickAll(t, ref, 1000), pickAll(t, ss, 1000))
 	})
+	t.Run("ketama by IPv6 address", func(t *testing.T) {
+		// The points of [fd00::1]:11211 are those of "fd00::1-i", as
+		// libmemcached and twemproxy name it (see TestInteropNames).
+		f := newFakeAPI(t)
+		var eps []fakeEndpoint
+		for i := range 3 {
+			name := fmt.Sprint("memcache-", i)
+			eps = append(eps, ep(fmt.Sprint("fd00::", i+1)).pod(name, name))
+		}
+		f.put(slice("memcache-a", "IPv6", memcachePort, eps...))
+		ss := start(t, f, WithHashing(Ketama()))
+		ref := refKetama([]string{"fd00::1", "fd00::2", "fd00::3"})
+		for k, a := range pickAll(t, ss, 4000) {
+			require.Equal(t, fmt.Sprintf("[fd00::%d]:11211", ref(k)+1), a, k)
+		}
+	})
 	t.Run("ketama by hostname", func(t *testing.T) {
 		f := newFakeAPI(t)
 		f.put(pods("10.0.0.1", "10.0.0.2", "10.0.0.3"))
 		ss := start(t, f, WithHashing(Ketama().ByHostname("memcache.default.svc.cluster.local")))
 		names := []string{"memcache-0.memcache.default.svc.cluster.local:11211", "memcache-1.memcache.default.svc.cluster.local:11211", "memcache-2.memcache.default.svc.cluster.local:11211"}
-		c := newContinuum(names, make([]uint32, 3))
+		c := newContinuum(names, make([]uint32, 3), listOrder(3))
 		for k, a := range pickAll(t, ss, 1000) {
 			require.Equal(t, fmt.Sprintf("10.0.0.%d:11211", c.owner(uint64(md5Key(k)))+1), a, k)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,6 +42,11 @@ type interopPeer struct {
 	// read gets those keys through the peer and returns how many it found
 	// with the right value.
 	read func(t *testing.T, servers []string, prefix string) int
+	// locate, where the peer can tell a key's server without a connection
+	// (php-memcached, libmemcached), returns the server of each of prefix0
+	// .. prefix(count-1) as the peer names it (host:port, a host bare);
+	// env is added to the peer's environment.
+	locate func(t *testing.T, servers []string, prefix string, count int, env ...string) map[string]string
 }
 
 // needPeer skips t for a missing peer, or fails it where
@@ -67,19 +73,33 @@ func interopKeyNames(prefix string) []string {
 func peerSpec(servers []string) string {
 	spec := make([]string, len(servers))
 	for i, s := range servers {
-		spec[i] = s + ":1"
+		spec[i] = peerServer(s) + ":1"
 	}
 	return strings.Join(spec, ",")
+}
+
+// peerServer is a server as its users give it to the peers: host:port with
+// an IPv6 host bare, for libmemcached and php-memcached take the host and
+// the port apart (memcached_server_add("::1", 11212)), and twemproxy reads
+// host:port:weight from the end ("::1:11212:1"); "[::1]" is no host to any
+// of them.
+func peerServer(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	return host + ":" + port
 }
 
 // programPeer is a peer run as a program, argv followed by the servers,
 // write or read, the prefix and the count; a read prints its hits.
 func programPeer(name string, argv ...string) interopPeer {
-	run := func(t *testing.T, servers []string, mode, prefix string) string {
+	run := func(t *testing.T, servers []string, mode, prefix string, count int, env ...string) string {
 		t.Helper()
-		args := slices.Concat(argv[1:], []string{peerSpec(servers), mode, prefix, strconv.Itoa(interopKeys)})
+		args := slices.Concat(argv[1:], []string{peerSpec(servers), mode, prefix, strconv.Itoa(count)})
 		var stderr bytes.Buffer
 		cmd := exec.Command(argv[0], args...)
+		cmd.Env = append(os.Environ(), env...)
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -89,14 +109,28 @@ func programPeer(name string, argv ...string) interopPeer {
 	}
 	return interopPeer{
 		name:  name,
-		write: func(t *testing.T, servers []string, prefix string) { run(t, servers, "write", prefix) },
+		write: func(t *testing.T, servers []string, prefix string) { run(t, servers, "write", prefix, interopKeys) },
 		read: func(t *testing.T, servers []string, prefix string) int {
-			out := run(t, servers, "read", prefix)
+			out := run(t, servers, "read", prefix, interopKeys)
 			n, err := strconv.Atoi(out)
 			if err != nil {
 				t.Fatalf("%s read printed %q, not a count", name, out)
 			}
 			return n
+		},
+		locate: func(t *testing.T, servers []string, prefix string, count int, env ...string) map[string]string {
+			at := make(map[string]string, count)
+			for line := range strings.Lines(run(t, servers, "locate", prefix, count, env...)) {
+				key, server, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+				if !ok {
+					t.Fatalf("%s locate printed %q, not key TAB server", name, line)
+				}
+				at[key] = server
+			}
+			if len(at) != count {
+				t.Fatalf("%s located %d keys of %d", name, len(at), count)
+			}
+			return at
 		},
 	}
 }
@@ -189,7 +223,7 @@ func startNutcracker(t *testing.T, bin, base string, servers []string) string {
 	t.Helper()
 	var list strings.Builder
 	for _, s := range servers {
-		fmt.Fprintf(&list, "   - %s:1\n", s)
+		fmt.Fprintf(&list, "   - %s:1\n", peerServer(s))
 	}
 	var err error
 	for range 3 { // a free port can be taken before nutcracker binds it
@@ -315,8 +349,16 @@ type interopRig struct {
 	direct map[string]*memcache.Client // to each server, by address
 }
 
-func newInteropRig(t *testing.T) *interopRig {
-	all := addrsOf(startMemcached(t, 5))
+// newInteropRig starts the rig's servers on loopback: 127.0.0.1, or with
+// ipv6 [::1], where the third server takes port 11211 if it is free, which
+// the peers leave out of the names they hash.
+func newInteropRig(t *testing.T, ipv6 bool) *interopRig {
+	var all []string
+	if ipv6 {
+		all = startMemcached6(t, 5)
+	} else {
+		all = addrsOf(startMemcached(t, 5))
+	}
 	r := &interopRig{
 		lists:  [][]string{all[:4], all[1:]},
 		phases: []string{"4 servers", "a 5th added and the 1st removed"},
@@ -330,16 +372,109 @@ func newInteropRig(t *testing.T) *interopRig {
 	return r
 }
 
-func TestInteropPHP(t *testing.T)          { testInterop(t, phpPeer(t)) }
-func TestInteropLibmemcached(t *testing.T) { testInterop(t, libmemcachedPeer(t)) }
-func TestInteropTwemproxy(t *testing.T)    { testInterop(t, twemproxyPeer(t)) }
+// startMemcached6 starts n memcached servers on [::1] and returns their
+// addresses, the third at [::1]:11211 if that port is free; the test stops
+// them. It skips t where the machine has no IPv6 loopback.
+func startMemcached6(t *testing.T, n int) []string {
+	t.Helper()
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		needPeer(t, "memcached is not installed (make test-deps installs it): %v", err)
+	}
+	if l, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		needPeer(t, "no IPv6 loopback here: %v", err)
+	} else {
+		l.Close()
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		if i == 2 && serveMemcached(t, bin, "[::1]:11211") == nil {
+			addrs[i] = "[::1]:11211"
+			continue
+		}
+		for try := 0; ; try++ {
+			addrs[i] = freeAddr(t, "[::1]:0")
+			if err := serveMemcached(t, bin, addrs[i]); err == nil {
+				break
+			} else if try == 3 {
+				t.Fatal(err)
+			}
+		}
+	}
+	if addrs[2] != "[::1]:11211" {
+		t.Logf("[::1]:11211 is taken: every IPv6 server has another port")
+	}
+	return addrs
+}
+
+// freeAddr returns an address that a listener on addr (port 0) was given,
+// closed again.
+func freeAddr(t *testing.T, addr string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// serveMemcached starts memcached at addr, a free host:port on loopback,
+// and returns once it listens there, or an error if it does not (the port
+// was taken, or is); the test stops it.
+func serveMemcached(t *testing.T, bin, addr string) error {
+	t.Helper()
+	if l, err := net.Listen("tcp", addr); err != nil {
+		return err
+	} else {
+		l.Close()
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "-l", host, "-p", port, "-U", "0", "-m", "16", "-t", "1")
+	if os.Getuid() == 0 {
+		cmd.Args = append(cmd.Args, "-u", "nobody")
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() { cmd.Process.Kill(); <-exited }
+	err := waitListening(addr, exited)
+	if err == nil {
+		// memcached that cannot bind exits at once: if it is still up, the
+		// listener that answered is its own.
+		select {
+		case <-exited:
+			err = errors.New("it exited")
+		case <-time.After(50 * time.Millisecond):
+			t.Cleanup(stop)
+			return nil
+		}
+	}
+	stop()
+	return fmt.Errorf("memcached at %s: %v: %s", addr, err, stderr.Bytes())
+}
+
+// The peers take IPv6 hosts bare, and hash them so: "::1:11212-0", and
+// "::1-0" on port 11211 as for any host.
+func TestInteropPHP(t *testing.T)          { testInteropFamilies(t, phpPeer(t)) }
+func TestInteropLibmemcached(t *testing.T) { testInteropFamilies(t, libmemcachedPeer(t)) }
+func TestInteropTwemproxy(t *testing.T)    { testInteropFamilies(t, twemproxyPeer(t)) }
+
+func testInteropFamilies(t *testing.T, p interopPeer) {
+	t.Run("IPv4", func(t *testing.T) { testInterop(t, p, false) })
+	t.Run("IPv6", func(t *testing.T) { testInterop(t, p, true) })
+}
 
 // testInterop checks Ketama against p both ways, over each server list:
 // (a) every key p writes is on the server PickServer picks, where a plain
 // gomemcache client reads it; (b) p finds every key our Client writes.
-func testInterop(t *testing.T, p interopPeer) {
+func testInterop(t *testing.T, p interopPeer, ipv6 bool) {
 	start := time.Now()
-	rig := newInteropRig(t)
+	rig := newInteropRig(t, ipv6)
 	var ss ServerList
 	require.NoError(t, ss.SetHashing(Ketama()))
 	require.NoError(t, ss.SetServers(rig.lists[0]...))
@@ -399,9 +534,14 @@ func testInterop(t *testing.T, p interopPeer) {
 // which each proves by finding all of every other one's keys. It also
 // checks that every writer spread its keys over exactly the list's servers.
 func TestInteropPeersAgree(t *testing.T) {
-	start := time.Now()
 	peers := []interopPeer{phpPeer(t), libmemcachedPeer(t), twemproxyPeer(t)}
-	rig := newInteropRig(t)
+	t.Run("IPv4", func(t *testing.T) { testPeersAgree(t, peers, false) })
+	t.Run("IPv6", func(t *testing.T) { testPeersAgree(t, peers, true) })
+}
+
+func testPeersAgree(t *testing.T, peers []interopPeer, ipv6 bool) {
+	start := time.Now()
+	rig := newInteropRig(t, ipv6)
 	for phase, list := range rig.lists {
 		at := rig.phases[phase]
 		prefix := func(p interopPeer) string { return fmt.Sprintf("interop:agree:%s:%d:", p.name, phase) }
@@ -433,4 +573,102 @@ func TestInteropPeersAgree(t *testing.T) {
 		}
 	}
 	t.Logf("peers agree: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestInteropNames checks the names Ketama hashes against php-memcached's
+// and libmemcached's own placement (getServerByKey, memcached_server_by_key,
+// which connect to nothing, so the servers need not exist): IPv6 servers,
+// whose hosts the peers take bare ("::1-i", "::1:11212-i"), on port 11211,
+// which they leave out, as for IPv4, and on others.
+func TestInteropNames(t *testing.T) {
+	peers := []interopPeer{phpPeer(t), libmemcachedPeer(t)}
+	for _, list := range [][]string{
+		{"[::1]:11211", "[::1]:11212", "[fd00::2]:11211", "[fd00::3]:11311", "[2001:db8::1:5]:11211"},
+		{"10.0.0.1:11211", "10.0.0.2:11212", "[fd00::2]:11211", "[fd00::2]:11212"},
+	} {
+		var ss ServerList
+		require.NoError(t, ss.SetHashing(Ketama()))
+		require.NoError(t, ss.SetServers(list...))
+		for _, p := range peers {
+			at := p.locate(t, list, "names:", interopKeys)
+			same, example := 0, ""
+			for k, server := range at {
+				a, err := ss.PickServer(k)
+				require.NoError(t, err)
+				if peerServer(a.String()) == server {
+					same++
+				} else if example == "" {
+					example = fmt.Sprintf("; e.g. %q: %s has %s, selector %s", k, p.name, server, a)
+				}
+			}
+			t.Logf("%s, %v: %d of %d keys on the same server", p.name, list, same, len(at))
+			if same != len(at) {
+				t.Errorf("%s, %v: only %d of %d keys on the same server%s", p.name, list, same, len(at), example)
+			}
+		}
+	}
+}
+
+// TestInteropKetamaTies: two servers with a point in common (see
+// findKetamaTies), one on a 4-digit port and one on a 5-digit one, and a
+// key of that point. libmemcached and php-memcached put it on the server
+// listed first (continuum_item_cmp sorts equal points by the servers'
+// list position), as Ketama does over SetServers' list. twemproxy puts it
+// on the same server whatever its configuration's order: it sorts its
+// servers by name, the shorter first (conf_validate_server), and its
+// qsort of the points by value alone keeps them in that order (glibc's
+// qsort is a merge sort); Ketama ranks discovered servers so.
+func TestInteropKetamaTies(t *testing.T) {
+	peers := []interopPeer{phpPeer(t), libmemcachedPeer(t), twemproxyPeer(t)}
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		needPeer(t, "memcached is not installed (make test-deps installs it): %v", err)
+	}
+	// The peers write prefix0 .. prefix(interopKeys-1): a tie whose key is
+	// among them, where the shorter name is the higher one byte by byte
+	// (9xxx and 1xxxx), on two free ports.
+	var tie ketamaTie
+	for _, c := range findKetamaTies("127.0.0.1", 8000, 14000, 100) {
+		n, _ := strconv.Atoi(strings.TrimPrefix(c.key, "tie:"))
+		if n < interopKeys && len(c.a) < len(c.b) && c.a > c.b &&
+			serveMemcached(t, bin, c.a) == nil && serveMemcached(t, bin, c.b) == nil {
+			tie = c
+			break
+		}
+	}
+	if tie.key == "" {
+		t.Fatal("no tie of a 9xxx port and a 1xxxx one with its key among the keys written and its ports free")
+	}
+	t.Logf("%s and %s share a point; %q goes to it", tie.a, tie.b, tie.key)
+	direct := map[string]*memcache.Client{}
+	for _, a := range []string{tie.a, tie.b} {
+		direct[a] = memcache.New(a)
+		direct[a].Timeout = 5 * time.Second
+	}
+	for _, list := range [][]string{{tie.a, tie.b}, {tie.b, tie.a}} {
+		var ss ServerList
+		require.NoError(t, ss.SetHashing(Ketama()))
+		require.NoError(t, ss.SetServers(list...))
+		a, err := ss.PickServer(tie.key)
+		require.NoError(t, err)
+		assert.Equal(t, list[0], a.String(), "Ketama over %v: %q", list, tie.key)
+		for _, p := range peers {
+			for _, c := range direct {
+				require.NoError(t, c.DeleteAll())
+			}
+			p.write(t, list, "tie:")
+			got := locate(t, direct, []string{tie.key})[tie.key]
+			t.Logf("%s over %v: %q on %s", p.name, list, tie.key, got)
+			want := list[0]
+			if p.name == "twemproxy" {
+				want = tie.a // the shorter name
+			}
+			assert.Equal(t, want, got, "%s over %v: %q", p.name, list, tie.key)
+		}
+	}
+	// Discovered, the servers rank as twemproxy's.
+	ms := []member{{id: "memcache-0:11211", addr: &staticAddr{"tcp", tie.b}}, {id: "memcache-1:11211", addr: &staticAddr{"tcp", tie.a}}}
+	r, err := newAltRing(Ketama(), ms)
+	require.NoError(t, err)
+	assert.Equal(t, tie.a, r.addrs[r.owner(uint64(md5Key(tie.key)))].str, "discovered: %q", tie.key)
 }

@@ -6,9 +6,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"net"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // libmemcached's weighted ketama (libmemcached/hosts.cc,
@@ -30,7 +30,14 @@ type continuum struct {
 
 // newContinuum returns the continuum of servers with the given names and
 // weights (0 counts as 1), as libmemcached builds it over its live servers.
-func newContinuum(names []string, weights []uint32) *continuum {
+// Equal points of two servers are ordered by rank, lowest first, and so
+// the lower rank owns the keys that reach them: libmemcached sorts its
+// continuum by value, then by the server's place in its list
+// (continuum_item_cmp in hosts.cc), and twemproxy's qsort by value alone
+// keeps the points in the order it made them, server by server (glibc's
+// qsort is a merge sort), which comes to the same over its own list order
+// (see ketamaRanks).
+func newContinuum(names []string, weights []uint32, rank []int) *continuum {
 	var total uint64
 	for _, w := range weights {
 		total += uint64(max(w, 1))
@@ -45,7 +52,7 @@ func newContinuum(names []string, weights []uint32) *continuum {
 		pct := float32(max(weights[i], 1)) / float32(total)
 		v := float32(float32(pct*ketamaPointsPerServer)/4) * float32(len(names))
 		digests := int(math.Floor(float64(float32(float64(v) + 0.0000000001))))
-		host := strings.TrimSuffix(name, ":11211") // "host-i" on the default port, else "host:port-i"
+		host := ketamaHost(name)
 		for d := range digests {
 			buf = strconv.AppendInt(append(append(buf[:0], host...), '-'), int64(d), 10)
 			sum := md5.Sum(buf)
@@ -54,7 +61,9 @@ func newContinuum(names []string, weights []uint32) *continuum {
 			}
 		}
 	}
-	slices.SortFunc(pts, func(a, b point) int { return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(a.member, b.member)) })
+	slices.SortFunc(pts, func(a, b point) int {
+		return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(rank[a.member], rank[b.member]))
+	})
 	c := &continuum{value: make([]uint32, len(pts)), member: make([]uint32, len(pts))}
 	for i, p := range pts {
 		c.value[i], c.member[i] = p.value, p.member
@@ -70,6 +79,24 @@ func newContinuum(names []string, weights []uint32) *continuum {
 		c.bucket[i] = uint32(j)
 	}
 	return c
+}
+
+// ketamaHost returns what the points of a server named host:port are
+// hashed from, before "-i": host on port 11211, else host:port, as
+// libmemcached's update_continuum and twemproxy's conf_add_server write
+// them; an IPv6 host without brackets, as their users give it to them
+// ("::1" and port 11212 to libmemcached, "::1:11212:1" to twemproxy), so
+// "::1-i" and "::1:11212-i". A name that is no host:port (a Unix socket's
+// path) is taken whole.
+func ketamaHost(name string) string {
+	host, port, err := net.SplitHostPort(name)
+	switch {
+	case err != nil:
+		return name
+	case port == "11211": // MEMCACHED_DEFAULT_PORT
+		return host
+	}
+	return host + ":" + port
 }
 
 // at returns the index of the point that a key of hash h goes to: the

@@ -36,6 +36,17 @@ func servers(ms []member) []net.Addr {
 	return slices.CompactFunc(as, func(a, b net.Addr) bool { return a.String() == b.String() })
 }
 
+// sameRing reports whether a ring of h over ms, canonical, would be old, so
+// that there is nothing to rebuild: the same members at the same addresses
+// in the same zones and, where h reads the order of SetServers (Ch3's
+// index, Ketama's equal points), in the same order. The library's own ring
+// is the same for a set in any order.
+func sameRing(h Hashing, old *ring, ms []member) bool {
+	return old.sameIDs(ms) && slices.EqualFunc(old.members, ms, func(a, b member) bool {
+		return a.addr == b.addr && a.zone == b.zone && (h.mode == ownRing || a.order == b.order)
+	})
+}
+
 // canonical sorts ms by id and removes members with a duplicate id, keeping
 // the first, so that equal sets give equal rings.
 func canonical(ms []member) []member {

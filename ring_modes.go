@@ -1,8 +1,10 @@
 package selector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // A ring of Ketama or Ch3 (see Hashing) is a ring whose alt is set: its
@@ -33,7 +35,7 @@ func newAltRing(h Hashing, ms []member) (*ring, error) {
 			}
 			names[i], weights[i] = name, h.weights[name]
 		}
-		r.alt.cont = newContinuum(names, weights)
+		r.alt.cont = newContinuum(names, weights, ketamaRanks(ms, names))
 	case ch3Mode:
 		pos := make([]int, len(ms))
 		at := make(map[int]string, len(ms))
@@ -53,6 +55,36 @@ func newAltRing(h Hashing, ms []member) (*ring, error) {
 		r.alt.ch3 = newCh3(pos)
 	}
 	return r, nil
+}
+
+// ketamaRanks returns the rank of each of ms, named names, among equal
+// points (see newContinuum): the other clients' list order. For servers
+// given to SetServers it is the order given, as libmemcached and
+// php-memcached keep the list they are given. A discovered server has no
+// such order, and they rank as twemproxy ranks its servers whatever its
+// configuration's order: by the name it hashes (see ketamaHost), shorter
+// first, then byte by byte (conf_validate_server in nc_conf.c sorts its
+// servers with string_compare, and keeps them so).
+func ketamaRanks(ms []member, names []string) []int {
+	rank := make([]int, len(ms))
+	if len(ms) > 0 && ms[0].static {
+		for i, m := range ms {
+			rank[i] = m.order
+		}
+		return rank
+	}
+	hosts := make([]string, len(ms))
+	byName := make([]int, len(ms))
+	for i, name := range names {
+		hosts[i], byName[i] = ketamaHost(name), i
+	}
+	slices.SortStableFunc(byName, func(a, b int) int {
+		return cmp.Or(cmp.Compare(len(hosts[a]), len(hosts[b])), strings.Compare(hosts[a], hosts[b]))
+	})
+	for r, i := range byName {
+		rank[i] = r
+	}
+	return rank
 }
 
 // owner returns the index of the member that owns hash h.

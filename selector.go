@@ -192,7 +192,7 @@ func (ss *ServerList) update(ms []member) (added, removed []string, err error) {
 	var r *ring
 	sameIDs := old.sameIDs(ms)
 	switch {
-	case sameIDs && slices.EqualFunc(old.members, ms, func(a, b member) bool { return a.addr == b.addr && a.zone == b.zone }):
+	case sameRing(ss.hashing, old, ms):
 		return nil, nil, nil
 	case ss.hashing.mode != ownRing:
 		if r, err = newAltRing(ss.hashing, ms); err != nil {

@@ -3,9 +3,13 @@
  *
  *   peer SERVERS write|read PREFIX COUNT
  *
- * SERVERS is host:port:weight,... . write sets PREFIX0 .. PREFIX(COUNT-1),
- * each to its own key as the value; read gets them and prints how many it
- * found with the right value. It exits non-zero on any other error.
+ * SERVERS is host:port:weight,..., split at the last two colons, so that
+ * an IPv6 host is written bare, as libmemcached takes it (::1:11212:1).
+ * write sets PREFIX0 .. PREFIX(COUNT-1), each to its own key as the value;
+ * read gets them and prints how many it found with the right value; locate
+ * prints each key's server, key TAB host:port a line, from
+ * memcached_server_by_key, which connects to nothing. It exits non-zero on
+ * any other error.
  */
 #include <libmemcached/memcached.h>
 #include <stdio.h>
@@ -20,11 +24,11 @@ static void die(memcached_st *m, const char *what, memcached_return_t rc) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5 || (strcmp(argv[2], "write") && strcmp(argv[2], "read"))) {
-    fprintf(stderr, "usage: peer host:port:weight,... write|read PREFIX COUNT\n");
+  if (argc != 5 || (strcmp(argv[2], "write") && strcmp(argv[2], "read") && strcmp(argv[2], "locate"))) {
+    fprintf(stderr, "usage: peer host:port:weight,... write|read|locate PREFIX COUNT\n");
     return 2;
   }
-  int reading = !strcmp(argv[2], "read");
+  int reading = !strcmp(argv[2], "read"), locating = !strcmp(argv[2], "locate");
   const char *prefix = argv[3];
   long count = atol(argv[4]);
 
@@ -34,13 +38,18 @@ int main(int argc, char **argv) {
   memcached_return_t rc = memcached_behavior_set(m, MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1);
   if (rc != MEMCACHED_SUCCESS) die(m, "KETAMA_WEIGHTED", rc);
   for (char *s = strtok(argv[1], ","); s; s = strtok(NULL, ",")) {
-    char host[256];
+    char *w = strrchr(s, ':'), *p = NULL;
     unsigned port, weight;
-    if (sscanf(s, "%255[^:]:%u:%u", host, &port, &weight) != 3) {
+    if (w) {
+      *w = 0;
+      p = strrchr(s, ':');
+    }
+    if (!p || sscanf(p + 1, "%u", &port) != 1 || sscanf(w + 1, "%u", &weight) != 1) {
       fprintf(stderr, "bad server %s\n", s);
       return 2;
     }
-    rc = memcached_server_add_with_weight(m, host, (in_port_t)port, weight);
+    *p = 0; /* s is the host */
+    rc = memcached_server_add_with_weight(m, s, (in_port_t)port, weight);
     if (rc != MEMCACHED_SUCCESS) die(m, "memcached_server_add_with_weight", rc);
   }
 
@@ -53,12 +62,18 @@ int main(int argc, char **argv) {
     for (; n < BATCH && i + n < count; n++) {
       lens[n] = (size_t)snprintf(keys[n], sizeof keys[n], "%s%ld", prefix, i + n);
       ptrs[n] = keys[n];
+      if (locating) {
+        const memcached_instance_st *srv = memcached_server_by_key(m, keys[n], lens[n], &rc);
+        if (srv == NULL) die(m, "memcached_server_by_key", rc);
+        printf("%s\t%s:%u\n", keys[n], memcached_server_name(srv), (unsigned)memcached_server_port(srv));
+        continue;
+      }
       if (!reading) {
         rc = memcached_set(m, keys[n], lens[n], keys[n], lens[n], 0, 0);
         if (rc != MEMCACHED_SUCCESS) die(m, keys[n], rc);
       }
     }
-    if (!reading) continue;
+    if (!reading) continue; /* written or located */
     rc = memcached_mget(m, ptrs, lens, (size_t)n);
     if (rc != MEMCACHED_SUCCESS) die(m, "memcached_mget", rc);
     memcached_result_st *r;

@@ -3,7 +3,8 @@
 //
 //   php peer.php SERVERS write|read|locate PREFIX COUNT
 //
-// SERVERS is host:port:weight,... . write sets PREFIX0 .. PREFIX(COUNT-1),
+// SERVERS is host:port:weight,..., split at the last two colons, so that an
+// IPv6 host is written bare, as libmemcached takes it (::1:11212:1). write sets PREFIX0 .. PREFIX(COUNT-1),
 // each to its own key as the value; read gets them and prints how many it
 // found with the right value; locate prints each key's server, key TAB
 // host:port a line, from php-memcached's getServerByKey, which connects to
@@ -29,7 +30,9 @@ $m->setOption(Memcached::OPT_PREFIX_KEY, "");
 $m->setOption(Memcached::OPT_BINARY_PROTOCOL, false);
 $servers = [];
 foreach (explode(",", $list) as $s) {
-    [$host, $port, $weight] = explode(":", $s);
+    $hostPort = substr($s, 0, strrpos($s, ":"));
+    $p = strrpos($hostPort, ":");
+    [$host, $port, $weight] = [substr($hostPort, 0, $p), substr($hostPort, $p + 1), substr($s, strrpos($s, ":") + 1)];
     $servers[] = [$host, (int)$port, (int)$weight];
 }
 if (!$m->addServers($servers)) {
