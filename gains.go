@@ -55,26 +55,31 @@ func (g *gains) record(old, new *routing) []*gain {
 	if len(evs) > maxGainEvents {
 		evs = g.compact(evs)
 	}
+	// The gains are published before any slot refers to them, so that a
+	// read through the routing still in use (which may already reach a
+	// gaining server, as the successor of one that left) finds each slot's
+	// gain as soon as the slot is marked: with its floor unknown, nothing of
+	// the slot is served there until it is taken.
+	ot, nt := &old.live.table, &new.live.table
 	byServer := map[*server]uint32{}
 	var added []*gain
-	ot, nt := &old.live.table, &new.live.table
 	for i := range uint64(1 << slotBits) {
 		ns := new.liveSrv[nt.owner(i)]
-		if ns == old.liveSrv[ot.owner(i)] {
+		if _, ok := byServer[ns]; ok || ns == old.liveSrv[ot.owner(i)] {
 			continue
 		}
-		idx, ok := byServer[ns]
-		if !ok {
-			e := &gain{s: ns}
-			e.floor.Store(math.MaxUint64)
-			idx = uint32(len(evs))
-			evs = append(evs, e)
-			added = append(added, e)
-			byServer[ns] = idx
-		}
-		g.slots[i].Store(idx)
+		e := &gain{s: ns}
+		e.floor.Store(math.MaxUint64)
+		byServer[ns] = uint32(len(evs))
+		evs = append(evs, e)
+		added = append(added, e)
 	}
 	g.events.Store(&evs)
+	for i := range uint64(1 << slotBits) {
+		if ns := new.liveSrv[nt.owner(i)]; ns != old.liveSrv[ot.owner(i)] {
+			g.slots[i].Store(byServer[ns])
+		}
+	}
 	return added
 }
 

@@ -35,7 +35,10 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 		rt := c.rt.Load()
 		var bs []batch
 		for _, i := range pending {
-			s := rt.owner(hashes[i])
+			s, newStandIn := rt.ownerNow(hashes[i])
+			if newStandIn {
+				continue // not trusted yet (see routing.ownerNow): a miss
+			}
 			if s == nil {
 				if found == nil {
 					found = map[string]*memcache.Item{}
@@ -46,6 +49,9 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 			bs = addTo(bs, s, i)
 		}
 		pending = pending[:0]
+		if len(bs) == 0 {
+			break
+		}
 		get := func(b batch) {
 			ks := make([]string, 0, len(b.keys))
 			var err error

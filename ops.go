@@ -17,13 +17,23 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 	var err error
 	for unsent, brokenConns := 0, 0; ; {
 		rt := c.rt.Load()
-		s := rt.owner(h)
+		s, newStandIn := rt.ownerNow(h)
 		if s == nil {
 			return nil, ErrNoServers
 		}
-		if err = c.clean(s, r.key, r.kind.inPlace()); err == nil {
+		err = nil
+		if newStandIn && r.kind.inPlace() { // an old value there would leak into the result
+			err = s.call(func(mc *memcache.Client) error { return mc.Delete(r.key) })
+			if failureOf(err) == healthy {
+				err = nil
+			}
+		}
+		if err == nil {
+			err = c.clean(s, r.key, r.kind.inPlace())
+		}
+		if err == nil {
 			err = c.runOp(s, r, s != rt.baseOwner(h))
-			if err == nil && r.got != nil && !c.servable(s, r.key, h, r.got.CasID) {
+			if err == nil && r.got != nil && (newStandIn || !c.servable(s, r.key, h, r.got.CasID)) {
 				r.got, err = nil, memcache.ErrCacheMiss
 			}
 		}

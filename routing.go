@@ -102,14 +102,24 @@ func sameServers(a, b *routing) bool {
 // (exactly, while one server is out; see ring.candidates beyond), until the
 // next routing leaves it out of live.
 func (rt *routing) owner(h uint64) *server {
+	s, _ := rt.ownerNow(h)
+	return s
+}
+
+// ownerNow is owner, and whether the server is a stand-in that this
+// routing does not know of yet: its owner went out since the routing was
+// built, so the gains of the next one (see gains) are not recorded yet, and
+// a value read there is not trusted.
+func (rt *routing) ownerNow(h uint64) (s *server, newStandIn bool) {
 	if rt == nil || rt.live == nil {
-		return nil
+		return nil, false
 	}
-	s := rt.liveSrv[rt.live.owner(h)]
+	s = rt.liveSrv[rt.live.owner(h)]
 	if s.status() == up {
-		return s
+		return s, false
 	}
-	return rt.next(h)
+	s = rt.next(h)
+	return s, s != nil
 }
 
 // next returns the first live server among h's candidates, or nil.
