@@ -84,7 +84,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 				}
 			}
 			switch {
-			case f == unreachable || f == broken && attempt < 2:
+			case f == unreachable || f == connectTimeout || f == broken && attempt < 2:
 				for _, i := range b.keys {
 					if items[keys[i]] == nil {
 						pending = append(pending, i)

@@ -18,9 +18,9 @@ const keyServer = "server"
 const probeKey = "k8s-memcache-selector:probe"
 
 // observe updates s's health after a request that failed with f, as
-// mcrouter's failure detector does: a server that cannot be reached is out
-// at once (a hard TKO), one that timed out cfg.timeoutsUntilDown times in a
-// row too (a soft TKO); a broken connection drops the server's idle
+// mcrouter's failure detector does: a server that refuses connections is
+// out at once (a hard TKO), one that timed out (a request, or a connection
+// not made in time) cfg.timeoutsUntilDown times in a row too (a soft TKO); a broken connection drops the server's idle
 // connections, which likely broke with it. An error of this machine's own
 // (out of descriptors) or the server's answer (SERVER_ERROR) says nothing
 // against the server.
@@ -35,7 +35,7 @@ func (c *Client) observe(s *server, f failure, err error) {
 		}
 	case unreachable:
 		c.takeOut(s, false, err)
-	case timedOut:
+	case timedOut, connectTimeout:
 		if int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown {
 			c.takeOut(s, true, err)
 		}

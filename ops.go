@@ -42,7 +42,7 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			c.observe(s, f, err)
 		}
 		switch {
-		case f == unreachable && unsent < 2:
+		case (f == unreachable || f == connectTimeout) && unsent < 2:
 			unsent++
 			continue
 		case f == broken && r.kind.idempotent() && brokenConns < 2:

@@ -145,7 +145,8 @@ type failure int
 
 const (
 	healthy     failure = iota // a reply, or an error that is not the server's (a miss, a bad key)
-	unreachable                // the connection could not be made: nothing was sent
+	unreachable                // the connection was refused: nothing was sent
+	connectTimeout             // the connection was not made in time: nothing was sent, but the server may only be slow
 	timedOut                   // no reply in time: the request may have run
 	broken                     // the connection broke: the request may have run
 	refused                    // the server answered with an error: the request did not run
@@ -172,7 +173,9 @@ func classifyErr(err error) failure {
 		return healthy
 	case localError(err):
 		return local
-	case errors.As(err, &de), errors.As(err, &cte):
+	case errors.As(err, &cte), errors.As(err, &de) && de.Timeout():
+		return connectTimeout
+	case errors.As(err, &de):
 		return unreachable
 	case errors.As(err, &ne) && ne.Timeout():
 		return timedOut
