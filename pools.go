@@ -94,12 +94,13 @@ func AcrossServices(addrs ...string) Pool {
 // and copy a hit back to the groups that missed.
 func (p Pool) WithMissFailover() Pool { p.miss = true; return p }
 
-// WithPool sets the Client's pool (default Sharded()). A Client option.
-func WithPool(p Pool) Option {
-	return clientOption("WithPool", func(c *clientOptions) error {
+// WithPool sets the Client's pool; the zero Pool is the default,
+// Sharded().
+func WithPool(p Pool) ClientOption {
+	return clientOption{"WithPool", func(c *clientOptions) error {
 		c.pool = p
 		return nil
-	})
+	}}
 }
 
 // pooled is the state of a Client of a replicated or zoned pool.

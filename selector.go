@@ -304,9 +304,6 @@ func (ss *ServerList) pointsPerServer() int {
 // service account token and CA.
 func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList, error) {
 	o, err := newOptions(opt)
-	if err == nil && o.clientOnly != "" {
-		err = fmt.Errorf("%s is an option of NewClient, not of NewServerList", o.clientOnly)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
