@@ -211,3 +211,41 @@ func TestOptionKinds(t *testing.T) {
 		})
 	}
 }
+
+// WithIPFamily of a family the Service has no endpoints of, while it has
+// others, is one warning naming both; it comes again only after the
+// family had servers and lost them.
+func TestIPFamilyMissingWarns(t *testing.T) {
+	warning := `WithIPFamily("IPv6"): the Service has no IPv6 endpoints, only IPv4 ones, so there are no servers: ask for "IPv4", or leave WithIPFamily out`
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	log := &recLogger{t: t}
+	ss := start(t, f, WithIPFamily("ipv6"), WithLogger(log))
+	checkServers(t, ss)
+	require.Equal(t, 1, log.count(warning), "the warning, once")
+
+	w := f.waitWatch(1)
+	w.apply("MODIFIED", v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2")))
+	v6 := slice("memcache-b", "IPv6", memcachePort, ep("fd00::1"))
+	w.apply("ADDED", v6)
+	eventually(t, "the IPv6 server", func() bool { return len(ss.Servers()) == 1 })
+	require.Equal(t, 1, log.count(warning), "warned again for a change of IPv4 endpoints")
+	w.apply("DELETED", v6)
+	eventually(t, "the warning again", func() bool { return log.count(warning) == 2 })
+
+	for name, opts := range map[string][]Option{
+		"no endpoints":     {WithIPFamily("IPv6")},
+		"the default":      nil,
+		"the family asked": {WithIPFamily("IPv4")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			if name != "no endpoints" {
+				f.put(v4("memcache-a", ep("10.0.0.1")))
+			}
+			log := &recLogger{t: t}
+			start(t, f, append(opts, WithLogger(log))...)
+			require.Zero(t, log.count("WithIPFamily"))
+		})
+	}
+}

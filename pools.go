@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -113,6 +115,7 @@ type pooled struct {
 	mu      sync.Mutex
 	groups  map[string]*group
 	view    atomic.Pointer[poolView]
+	warned  string // the zones seen when ByZone's zone was last said to have no server; guarded by mu
 	changed chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -189,6 +192,9 @@ func (pl *pooled) refresh(c *Client) {
 			split[name] = append(split[name], m)
 		}
 	}
+	if pl.kind == byZone {
+		pl.warnZone(c, split)
+	}
 	for name, ms := range split {
 		g := pl.groups[name]
 		if g == nil {
@@ -213,6 +219,28 @@ func (pl *pooled) refresh(c *Client) {
 		}
 	}
 	pl.publish()
+}
+
+// warnZone warns that ByZone's zone has no server, so that every read
+// leaves it: once, and again when the zones seen change.
+func (pl *pooled) warnZone(c *Client, split map[string][]member) {
+	if _, ok := split[pl.zone]; ok {
+		pl.warned = ""
+		return
+	}
+	var zones []string
+	for _, z := range slices.Sorted(maps.Keys(split)) {
+		zones = append(zones, strconv.Quote(z))
+	}
+	if seen := strings.Join(zones, ", "); seen != "" && seen != pl.warned {
+		pl.warned = seen
+		hint := ""
+		if _, ok := split[""]; ok {
+			hint = ` ("" is an endpoint whose node has no topology.kubernetes.io/zone label)`
+		}
+		c.log.Warn(fmt.Sprintf("ByZone(%q): no server of the Service is in that zone, so every read leaves it: the zones of its endpoints are %s%s; give one of them",
+			pl.zone, seen, hint))
+	}
 }
 
 // publish orders the groups for requests: a primary the same for every

@@ -241,3 +241,56 @@ func TestRepairNeverUndoesADelete(t *testing.T) {
 		})
 	}
 }
+
+// ByZone of a zone that no server is in is one warning naming the zone and
+// the zones seen, and another when the zones seen change; none while the
+// zone has servers.
+func TestByZoneMissingWarns(t *testing.T) {
+	ss := new(ServerList)
+	setZones := func(zones ...string) {
+		t.Helper()
+		var addrs []string
+		for i := range zones {
+			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", 20001+i))
+		}
+		ms, err := staticMembers(addrs)
+		require.NoError(t, err)
+		for i := range ms {
+			ms[i].zone = zones[i]
+		}
+		_, _, err = ss.update(ms)
+		require.NoError(t, err)
+	}
+	warning := func(zones string) string {
+		return `ByZone("zone-typo"): no server of the Service is in that zone, so every read leaves it: the zones of its endpoints are ` + zones + "; give one of them"
+	}
+	setZones("zone-a", "zone-b")
+	log := &recLogger{t: t}
+	c, err := NewClientFromList(ss, WithLogger(log), WithPool(ByZone("zone-typo")))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, 1, log.count(warning(`"zone-a", "zone-b"`)), "the warning, at once")
+
+	groupSize := func(zone string) int {
+		for _, g := range c.pool.view.Load().all {
+			if g.name == zone {
+				return len(g.list.Servers())
+			}
+		}
+		return 0
+	}
+	setZones("zone-a", "zone-b", "zone-b")
+	eventually(t, "the new server", func() bool { return groupSize("zone-b") == 2 })
+	require.Equal(t, 1, log.count("ByZone("), "warned again with the same zones")
+
+	setZones("zone-a", "")
+	eventually(t, "the warning for the new zones", func() bool {
+		return log.count(warning(`"", "zone-a"`+` ("" is an endpoint whose node has no topology.kubernetes.io/zone label)`)) == 1
+	})
+
+	log = &recLogger{t: t}
+	own, err := NewClientFromList(ss, WithLogger(log), WithPool(ByZone("zone-a")))
+	require.NoError(t, err)
+	defer own.Close()
+	require.Zero(t, log.count("ByZone("), "a warning for a zone that has servers")
+}
