@@ -77,7 +77,8 @@ func Replicated() Pool { return Pool{kind: replicated} }
 // EndpointSlice controller copies from the node's
 // topology.kubernetes.io/zone label): one sharded ring per zone, each key
 // on one server in each zone, and reads in zone, the client's own. "" reads
-// it from the ZoneEnv environment variable.
+// it from the ZoneEnv environment variable. A zone that no endpoint of the
+// Service has is logged as a warning, with the zones it has.
 func ByZone(zone string) Pool { return Pool{kind: byZone, zone: zone} }
 
 // AcrossServices is a pool over several Services: NewClient's and each of
