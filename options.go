@@ -21,10 +21,14 @@ import (
 // the last wins.
 type Option func(o *options)
 
-// A ClientOption configures a Client: NewClient takes every Option and the
-// Client's own options (WithTimeout, WithMaxIdleConns, WithDialContext,
-// WithFailover, WithHandoff and WithPool), which NewServerList does not
-// compile with.
+// A ClientOption configures a Client. The Client's own options
+// (WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover, WithHandoff
+// and WithPool) are ClientOptions but not Options, so that NewServerList
+// does not compile with them. Every Option is a ClientOption, so that
+// NewClient takes both kinds; NewClientFromList takes the Client's own and
+// WithLogger or WithSlog.
+//
+// A list of both kinds is a []ClientOption: a []Option does not convert.
 type ClientOption interface {
 	apply(o *options)
 }
