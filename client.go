@@ -58,10 +58,10 @@ type Client struct {
 }
 
 // NewClient returns a Client for the Service named by addr, which it
-// discovers as NewServerList does, with the same options and the Client
-// options: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover,
+// discovers as NewServerList does, with the same Options and the Client's
+// own: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover,
 // WithHandoff and WithPool.
-func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error) {
+func NewClient(ctx context.Context, addr string, opt ...ClientOption) (*Client, error) {
 	o, err := newOptions(opt)
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
@@ -83,13 +83,16 @@ func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error)
 // NewClientFromList returns a Client for the servers of ss, which it
 // follows as they change, and does not close: a ServerList from
 // NewServerList, or one filled with SetServers for a fixed set of servers.
-// Of the options it takes the Client options and the logger; the others are
-// ss's.
-func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
+// It takes the Client's own options and WithLogger or WithSlog; an Option
+// of discovery is an error, since ss has its discovery already.
+func NewClientFromList(ss *ServerList, opt ...ClientOption) (*Client, error) {
 	if ss == nil {
-		return nil, fmt.Errorf("selector: NewClientFromList: nil ServerList")
+		return nil, fmt.Errorf("selector: %w", errNilServerList)
 	}
 	o, err := newOptions(opt)
+	if err == nil && o.discovery != "" {
+		err = errDiscoveryOption(o.discovery)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}

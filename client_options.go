@@ -1,7 +1,9 @@
 package selector
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -10,16 +12,16 @@ import (
 )
 
 // clientOptions are the Client's settings: gomemcache's knobs, failover and
-// handoff. NewServerList refuses them (see options.clientOnly).
+// handoff, from the ClientOptions that NewServerList does not take.
 type clientOptions struct {
 	conn              connConfig
 	timeoutsUntilDown int
 	probeMin          time.Duration // the first probe's delay
 	probeMax          time.Duration
-	maxDown           float64       // the share of the servers that may be down at once
-	handoffWindow     time.Duration // how long a key that moved is read from where it was
-	handoffTTL        time.Duration // the expiration of a value copied by a handoff
+	maxDown           float64       // the share of the servers that may be down at once; negative: failover off
 	standInTTL        time.Duration // the longest expiration a write sent to a stand-in keeps
+	handoffWindow     time.Duration // how long a key that moved is read from where it was; 0: no handoff
+	handoffTTL        time.Duration // the expiration of a value copied by a handoff; 0: none
 	maxPast           int           // past rings kept for handoff
 	maxInvalidations  int           // keys a server's invalidation log holds
 	maxLogged         int           // keys all the servers' logs hold
@@ -27,16 +29,30 @@ type clientOptions struct {
 	pool              Pool
 }
 
+// The defaults of the Client's settings.
+const (
+	defaultTimeouts      = 3
+	defaultProbeFirst    = time.Second
+	defaultProbeMax      = 30 * time.Second
+	defaultMaxOut        = 0.5
+	defaultStandInTTL    = 60 * time.Second
+	defaultHandoffWindow = 5 * time.Minute
+	defaultHandoffTTL    = 5 * time.Minute
+	maxExpiration        = 30 * 24 * time.Hour // memcached reads a longer one as a Unix time
+	defaultMaxIdleConns  = memcache.DefaultMaxIdleConns
+	defaultTimeout       = memcache.DefaultTimeout
+)
+
 func defaultClientOptions() clientOptions {
 	return clientOptions{
-		conn:              connConfig{timeout: memcache.DefaultTimeout, maxIdle: memcache.DefaultMaxIdleConns},
-		timeoutsUntilDown: 3,
-		probeMin:          time.Second,
-		probeMax:          30 * time.Second,
-		maxDown:           0.5,
-		handoffWindow:     5 * time.Minute,
-		handoffTTL:        5 * time.Minute,
-		standInTTL:        time.Minute,
+		conn:              connConfig{timeout: defaultTimeout, maxIdle: defaultMaxIdleConns},
+		timeoutsUntilDown: defaultTimeouts,
+		probeMin:          defaultProbeFirst,
+		probeMax:          defaultProbeMax,
+		maxDown:           defaultMaxOut,
+		standInTTL:        defaultStandInTTL,
+		handoffWindow:     defaultHandoffWindow,
+		handoffTTL:        defaultHandoffTTL,
 		maxPast:           4,
 		maxInvalidations:  10000,
 		maxLogged:         100000,
@@ -44,93 +60,156 @@ func defaultClientOptions() clientOptions {
 	}
 }
 
-// clientOption returns an Option that only NewClient takes.
-func clientOption(name string, f func(*clientOptions) error) Option {
-	return func(o *options) {
-		if o.clientOnly == "" {
-			o.clientOnly = name
-		}
-		if err := f(&o.client); err != nil && o.clientErr == nil {
-			o.clientErr = fmt.Errorf("%s: %w", name, err)
-		}
+// clientOption is a ClientOption that is not an Option: NewServerList does
+// not take it.
+type clientOption struct {
+	name string
+	set  func(c *clientOptions) error
+}
+
+func (co clientOption) apply(o *options) {
+	if err := co.set(&o.client); err != nil && o.clientErr == nil {
+		o.clientErr = fmt.Errorf("%s: %w", co.name, err)
 	}
 }
 
 // WithTimeout sets the Client's socket read and write timeout and its dial
-// timeout, as memcache.Client.Timeout (default memcache.DefaultTimeout,
-// 500 ms). A Client option.
-func WithTimeout(d time.Duration) Option {
-	return clientOption("WithTimeout", func(c *clientOptions) error {
-		if d <= 0 {
-			return fmt.Errorf("want a positive duration, got %v", d)
+// timeout, as memcache.Client.Timeout; 0 means the default,
+// memcache.DefaultTimeout (500 ms).
+func WithTimeout(d time.Duration) ClientOption {
+	return clientOption{"WithTimeout", func(c *clientOptions) error {
+		switch {
+		case d < 0:
+			return fmt.Errorf("want a positive duration, or 0 for the default (%v), got %v", defaultTimeout, d)
+		case d == 0:
+			d = defaultTimeout
 		}
 		c.conn.timeout = d
 		return nil
-	})
+	}}
 }
 
 // WithMaxIdleConns sets the idle connections the Client keeps per server,
-// as memcache.Client.MaxIdleConns (default 2): set it above your peak of
-// concurrent requests to one server. A Client option.
-func WithMaxIdleConns(n int) Option {
-	return clientOption("WithMaxIdleConns", func(c *clientOptions) error {
-		if n < 1 {
-			return fmt.Errorf("want at least 1, got %d", n)
+// as memcache.Client.MaxIdleConns; 0 means the default,
+// memcache.DefaultMaxIdleConns (2). Set it above your peak of concurrent
+// requests to one server.
+func WithMaxIdleConns(n int) ClientOption {
+	return clientOption{"WithMaxIdleConns", func(c *clientOptions) error {
+		switch {
+		case n < 0:
+			return fmt.Errorf("want at least 1, or 0 for the default (%d), got %d", defaultMaxIdleConns, n)
+		case n == 0:
+			n = defaultMaxIdleConns
 		}
 		c.conn.maxIdle = n
 		return nil
-	})
+	}}
 }
 
 // WithDialContext makes the Client connect to memcached with dial, as
 // memcache.Client.DialContext: use a tls.Dialer's DialContext for memcached
-// with TLS. A Client option.
-func WithDialContext(dial func(ctx context.Context, network, address string) (net.Conn, error)) Option {
-	return clientOption("WithDialContext", func(c *clientOptions) error {
-		if dial == nil {
-			return fmt.Errorf("nil dial function")
-		}
+// with TLS. nil means the default, a net.Dialer's.
+func WithDialContext(dial func(ctx context.Context, network, address string) (net.Conn, error)) ClientOption {
+	return clientOption{"WithDialContext", func(c *clientOptions) error {
 		c.conn.dial = dial
 		return nil
-	})
+	}}
 }
 
-// WithFailover sets when the Client takes a server out and how it probes
-// it: after timeouts consecutive timeouts (default 3, as mcrouter's
-// --timeouts-until-tko; a connection refused or not made takes it out at
-// once), with probes from first up to most apart (default 1 s to 30 s),
-// and with at most maxDown of the servers out at once (default 0.5). A
-// Client option.
-func WithFailover(timeouts int, first, most time.Duration, maxDown float64) Option {
-	return clientOption("WithFailover", func(c *clientOptions) error {
-		switch {
-		case timeouts < 1:
-			return fmt.Errorf("want at least 1 timeout, got %d", timeouts)
-		case first <= 0 || most < first:
-			return fmt.Errorf("want 0 < first <= most, got %v and %v", first, most)
-		case maxDown < 0 || maxDown > 1:
-			return fmt.Errorf("want a share of the servers from 0 to 1, got %v", maxDown)
-		}
-		c.timeoutsUntilDown, c.probeMin, c.probeMax, c.maxDown = timeouts, first, most, maxDown
-		return nil
-	})
+// Failover is when a Client takes a server out, how it probes it until it
+// answers, and what the server's stand-in keeps. A server that is out is
+// skipped, for this client only, as if it had been removed: its keys go to
+// the next server along the ring, their stand-in. A zero field means its
+// default; a negative MaxOut turns failover off.
+type Failover struct {
+	// Timeouts is how many timeouts in a row take a server out (default
+	// 3, as mcrouter's --timeouts-until-tko). A connection refused or not
+	// made takes it out at once.
+	Timeouts int
+
+	// ProbeFirst is how long after it went out a server is first probed
+	// (default 1 s); the probes then back off up to ProbeMax apart
+	// (default 30 s).
+	ProbeFirst, ProbeMax time.Duration
+
+	// MaxOut is the share of the servers that may be out at once, from 0
+	// to 1 (default 0.5), so that a fault of this client's own network
+	// cannot move the whole cache: past it, requests go to their servers
+	// and return their errors. Negative: no server is ever taken out,
+	// which turns failover off.
+	MaxOut float64
+
+	// StandInExpiration is the longest expiration a write sent to a
+	// stand-in keeps (default 60 s, as mcrouter's failover_exptime): a
+	// longer one, or none, is cut to it, so that what the stand-in holds
+	// expires soon after the server is back. At most 30 days.
+	StandInExpiration time.Duration
 }
 
-// WithHandoff sets how long after a key moves the Client reads it from
-// where it was (default 5 minutes), and the expiration it gives a value it
-// copies from there (default 5 minutes; 0 for none). A copy cannot keep
-// the value's own expiration, which gomemcache does not read: if your
-// expirations bound how stale a value may be, use your shortest. A Client
-// option.
-func WithHandoff(window, expiration time.Duration) Option {
-	return clientOption("WithHandoff", func(c *clientOptions) error {
+// WithFailover sets the Client's failover (see Failover); the zero
+// Failover is the default. Each WithFailover sets every field: a zero one
+// is its default, not what an earlier WithFailover gave it.
+func WithFailover(f Failover) ClientOption {
+	return clientOption{"WithFailover", func(c *clientOptions) error {
+		f := f
+		f.Timeouts = cmp.Or(f.Timeouts, defaultTimeouts)
+		f.ProbeFirst = cmp.Or(f.ProbeFirst, defaultProbeFirst)
+		f.ProbeMax = cmp.Or(f.ProbeMax, defaultProbeMax)
+		f.MaxOut = cmp.Or(f.MaxOut, defaultMaxOut)
+		f.StandInExpiration = cmp.Or(f.StandInExpiration, defaultStandInTTL)
 		switch {
-		case window < 0:
-			return fmt.Errorf("want a window of 0 (off) or more, got %v", window)
-		case expiration < 0 || expiration > 30*24*time.Hour:
-			return fmt.Errorf("want an expiration from 0 to 30 days, got %v", expiration)
+		case f.Timeouts < 0:
+			return fmt.Errorf("Timeouts %d: want 1 or more, or 0 for the default (%d); to turn failover off, set MaxOut to -1", f.Timeouts, defaultTimeouts)
+		case f.ProbeFirst < 0 || f.ProbeMax < 0:
+			return fmt.Errorf("ProbeFirst %v, ProbeMax %v: want positive durations, or 0 for the defaults (%v, %v)", f.ProbeFirst, f.ProbeMax, defaultProbeFirst, defaultProbeMax)
+		case f.ProbeMax < f.ProbeFirst:
+			return fmt.Errorf("ProbeFirst %v is after ProbeMax %v: set ProbeMax to ProbeFirst or more (0 means %v)", f.ProbeFirst, f.ProbeMax, defaultProbeMax)
+		case f.MaxOut > 1:
+			return fmt.Errorf("MaxOut %v: want a share of the servers up to 1, 0 for the default (%v), or -1 to turn failover off", f.MaxOut, defaultMaxOut)
+		case f.StandInExpiration < 0 || f.StandInExpiration > maxExpiration:
+			return fmt.Errorf("StandInExpiration %v: want up to 30 days, or 0 for the default (%v)", f.StandInExpiration, defaultStandInTTL)
 		}
-		c.handoffWindow, c.handoffTTL = window, expiration
+		c.timeoutsUntilDown, c.probeMin, c.probeMax, c.maxDown = f.Timeouts, f.ProbeFirst, f.ProbeMax, f.MaxOut
+		c.standInTTL = f.StandInExpiration
 		return nil
-	})
+	}}
 }
+
+// Handoff is how a Client reads a key that moved to another server from
+// the server it was on, for a while, so that a change of servers does not
+// empty the cache; a hit there is copied to the key's new server with add.
+// A zero field means its default; a negative Window turns handoff off.
+type Handoff struct {
+	// Window is how long after a key moves the Client reads it from where
+	// it was (default 5 minutes). Negative: no handoff.
+	Window time.Duration
+
+	// Expiration is the expiration of a value the Client copies (default
+	// 5 minutes, at most 30 days). Negative: none, the copy does not
+	// expire. A copy cannot keep the value's own expiration, which
+	// gomemcache does not read: if your expirations bound how stale a
+	// value may be, use your shortest.
+	Expiration time.Duration
+}
+
+// WithHandoff sets the Client's handoff (see Handoff); the zero Handoff is
+// the default. Each WithHandoff sets every field: a zero one is its
+// default, not what an earlier WithHandoff gave it.
+func WithHandoff(h Handoff) ClientOption {
+	return clientOption{"WithHandoff", func(c *clientOptions) error {
+		if h.Expiration > maxExpiration {
+			return fmt.Errorf("Expiration %v: want up to 30 days, 0 for the default (%v), or -1 for none", h.Expiration, defaultHandoffTTL)
+		}
+		c.handoffWindow = max(cmp.Or(h.Window, defaultHandoffWindow), 0)
+		c.handoffTTL = max(cmp.Or(h.Expiration, defaultHandoffTTL), 0)
+		return nil
+	}}
+}
+
+// errDiscoveryOption is NewClientFromList's error for an Option of
+// discovery, which its ServerList has.
+func errDiscoveryOption(name string) error {
+	return fmt.Errorf("NewClientFromList: %s is an option of discovery, which the ServerList has already: give it to NewServerList, or give NewClient the Service's address and %s", name, name)
+}
+
+var errNilServerList = errors.New("NewClientFromList: nil ServerList: give a ServerList from NewServerList, or one filled with SetServers")

@@ -20,14 +20,14 @@ import (
 )
 
 // fastFailover probes often, so that tests see servers return quickly.
-var fastFailover = WithFailover(3, 20*time.Millisecond, 100*time.Millisecond, 0.5)
+var fastFailover = WithFailover(Failover{ProbeFirst: 20 * time.Millisecond, ProbeMax: 100 * time.Millisecond})
 
 // newTestClient returns a Client over a static ServerList of addrs.
-func newTestClient(t *testing.T, addrs []string, opt ...Option) (*Client, *ServerList) {
+func newTestClient(t *testing.T, addrs []string, opt ...ClientOption) (*Client, *ServerList) {
 	t.Helper()
 	ss := new(ServerList)
 	require.NoError(t, ss.SetServers(addrs...))
-	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond)}, opt...)
+	opt = append([]ClientOption{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond)}, opt...)
 	c, err := NewClientFromList(ss, opt...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -349,7 +349,7 @@ func TestConnectionsClosed(t *testing.T) {
 		open.Add(1)
 		return &countedConn{Conn: c, open: &open}, nil
 	}
-	c, ss := newTestClient(t, addrsOf(ms[:3]), WithDialContext(dial), WithHandoff(0, 0))
+	c, ss := newTestClient(t, addrsOf(ms[:3]), WithDialContext(dial), WithHandoff(Handoff{Window: -1}))
 	load := func() {
 		var wg sync.WaitGroup
 		for g := range 8 {
@@ -475,23 +475,6 @@ func TestInvalidationsOverflow(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestClientOptionErrors(t *testing.T) {
-	_, err := NewServerList(context.Background(), "svc:11211", WithTimeout(time.Second))
-	require.ErrorContains(t, err, "WithTimeout is an option of NewClient, not of NewServerList")
-	for name, o := range map[string]Option{
-		"WithTimeout(0)":      WithTimeout(0),
-		"WithMaxIdleConns(0)": WithMaxIdleConns(0),
-		"WithDialContext":     WithDialContext(nil),
-		"WithFailover":        WithFailover(0, time.Second, time.Second, 0.5),
-		"WithHandoff":         WithHandoff(-1, 0),
-	} {
-		_, err := NewClientFromList(new(ServerList), o)
-		require.Error(t, err, name)
-	}
-	_, err = NewClientFromList(nil)
-	require.Error(t, err)
 }
 
 // TestHandoffFromDraining removes a server that still serves (a pod in its

@@ -47,7 +47,7 @@ func (f *faults) of(addr string) (bool, time.Duration) {
 	return f.drop[addr], f.delay[addr]
 }
 
-func (f *faults) option() Option {
+func (f *faults) option() ClientOption {
 	return WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
@@ -97,7 +97,7 @@ func hangUntilOut(t *testing.T, c *Client, m *memcached, key string) {
 func TestGetMultiAndIncrementPassTheGate(t *testing.T) {
 	ms := startMemcached(t, 2)
 	var f faults
-	c, _ := newPoolClient(t, ms, []string{"a", "b"}, ByZone("a"), f.option(), WithFailover(10, 20*time.Millisecond, 100*time.Millisecond, 0.5))
+	c, _ := newPoolClient(t, ms, []string{"a", "b"}, ByZone("a"), f.option(), WithFailover(Failover{Timeouts: 10, ProbeFirst: 20 * time.Millisecond, ProbeMax: 100 * time.Millisecond}))
 	for _, k := range []string{"multi", "counter"} {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("10")}))
 	}
@@ -157,7 +157,7 @@ func TestUnnoticedRestartThenOutage(t *testing.T) {
 // served.
 func TestStandInCopyAfterRestart(t *testing.T) {
 	ms := startMemcached(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(200*time.Millisecond), WithHandoff(0, 0))
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(200*time.Millisecond), WithHandoff(Handoff{Window: -1}))
 	keys := keysOf(t, ss, ms[0].addr, 20)
 	k := keys[0]
 	for _, k := range keys {
@@ -210,7 +210,7 @@ func metaTTL(t *testing.T, addr, key string) int {
 func TestPoolStandInInvalidated(t *testing.T) {
 	ms := startMemcached(t, 3)
 	var f faults
-	c, _ := newPoolClient(t, ms, []string{"a", "a", "b"}, ByZone("a"), f.option(), WithFailover(10, 20*time.Millisecond, 100*time.Millisecond, 0.5))
+	c, _ := newPoolClient(t, ms, []string{"a", "a", "b"}, ByZone("a"), f.option(), WithFailover(Failover{Timeouts: 10, ProbeFirst: 20 * time.Millisecond, ProbeMax: 100 * time.Millisecond}))
 	// A key that zone a's ring gives to ms[0].
 	var k string
 	for i := 0; ; i++ {

@@ -154,6 +154,27 @@ func pickFamily(eps []endpoint, family string) []endpoint {
 	return slices.DeleteFunc(eps, func(e endpoint) bool { return isIPv4(e.addr) != (family == "IPv4") })
 }
 
+// families returns the IP families of the endpoints of all slices that
+// are not draining, in order: "IPv4", "IPv6".
+func families(bySlice map[string][]endpoint) []string {
+	var v4, v6 bool
+	for _, eps := range bySlice {
+		for _, e := range eps {
+			if !e.draining {
+				v4, v6 = v4 || isIPv4(e.addr), v6 || !isIPv4(e.addr)
+			}
+		}
+	}
+	var fs []string
+	if v4 {
+		fs = append(fs, "IPv4")
+	}
+	if v6 {
+		fs = append(fs, "IPv6")
+	}
+	return fs
+}
+
 func isIPv4(hostport string) bool {
 	ap, err := netip.ParseAddrPort(hostport)
 	return err == nil && ap.Addr().Is4()

@@ -64,6 +64,10 @@ func (c *Client) cleanStandIn(s *server, key string, standIn *server) {
 		return
 	}
 	var buf [4]*server
+	if c.cfg.standInTTL > c.cfg.handoffWindow { // the copy can outlive the past ring
+		c.invalidate(standIn, key, nil)
+		return
+	}
 	if slices.Contains(c.rt.Load().previous(c.hash(key), s, time.Now(), buf[:0]), standIn) {
 		return
 	}

@@ -97,10 +97,10 @@ func (h Hashing) WithWeights(w map[string]int) Hashing {
 	return h
 }
 
-// WithHashing sets how keys are mapped to the servers (default: the
-// library's own ring; see Hashing).
+// WithHashing sets how keys are mapped to the servers; the zero Hashing
+// is the default, the library's own ring (see Hashing).
 func WithHashing(h Hashing) Option {
-	return func(o *options) { o.hashing = h.clone() }
+	return discoveryOption("WithHashing", func(o *options) { o.hashing = h.clone() })
 }
 
 // SetHashing sets how a ServerList for SetServers maps keys: call it on the

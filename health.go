@@ -61,7 +61,7 @@ func (c *Client) takeOut(s *server, soft bool, err error) {
 func (c *Client) markDown(s *server, soft bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s.status() != up {
+	if s.status() != up || c.cfg.maxDown < 0 { // failover off
 		return false
 	}
 	if soft && !c.outs.take(s) {
@@ -127,7 +127,7 @@ type outCap struct {
 }
 
 func newOutCap(share float64) *outCap {
-	return &outCap{share: share, out: map[*server]bool{}, members: map[*Client]int{}}
+	return &outCap{share: max(share, 0), out: map[*server]bool{}, members: map[*Client]int{}}
 }
 
 // take counts s out, if the cap allows it.

@@ -10,13 +10,33 @@ import (
 	"strings"
 )
 
-// An Option configures NewServerList or NewClient. NewClient takes them
-// all; the Client options (such as WithTimeout) are errors for NewServerList.
+// An Option configures discovery: NewServerList and NewClient take it, and
+// NewClientFromList takes WithLogger and WithSlog (its ServerList has the
+// rest already). Every Option is a ClientOption too.
+//
+// One rule holds for every option's argument: its zero value (0, "", nil, a
+// zero struct or a zero field of one) means the default. Where a setting can
+// be turned off, a negative value turns it off, as go-redis's MaxRetries: -1
+// does; the setting's doc says so. Of two options that set the same thing,
+// the last wins.
 type Option func(o *options)
+
+// A ClientOption configures a Client. The Client's own options
+// (WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover, WithHandoff
+// and WithPool) are ClientOptions but not Options, so that NewServerList
+// does not compile with them. Every Option is a ClientOption, so that
+// NewClient takes both kinds; NewClientFromList takes the Client's own and
+// WithLogger or WithSlog.
+//
+// A list of both kinds is a []ClientOption: a []Option does not convert.
+type ClientOption interface {
+	apply(o *options)
+}
+
+func (f Option) apply(o *options) { f(o) }
 
 type options struct {
 	log        slog.Handler
-	logErr     error // a nil logger, reported by newOptions
 	apiServer  string
 	tokenFile  string
 	caFile     string
@@ -27,10 +47,10 @@ type options struct {
 	waitReady  bool
 	legacy     bool
 	family     string
+	discovery  string // the first discovery option given: NewClientFromList refuses it
 
-	client     clientOptions // the Client's, from client options
-	clientOnly string        // the first client option given: NewServerList refuses it
-	clientErr  error         // a client option's bad value, reported by newOptions
+	client    clientOptions // the Client's, from client options
+	clientErr error         // a client option's bad value, reported by newOptions
 
 	// Seams for tests.
 	getenv func(string) string
@@ -38,19 +58,28 @@ type options struct {
 	timing timing
 }
 
+// discoveryOption returns an Option of discovery, which NewClientFromList
+// refuses: its ServerList has its discovery already.
+func discoveryOption(name string, f func(o *options)) Option {
+	return func(o *options) {
+		if o.discovery == "" {
+			o.discovery = name
+		}
+		f(o)
+	}
+}
+
 // newOptions applies opt over the defaults and checks the result, so that a
 // mistake is an error from NewServerList rather than a surprise later.
-func newOptions(opt []Option) (options, error) {
+func newOptions[T ClientOption](opt []T) (options, error) {
 	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir, client: defaultClientOptions()}
 	for i, f := range opt {
-		if f == nil {
+		if isNil(f) {
 			return o, fmt.Errorf("option %d of %d is nil", i+1, len(opt))
 		}
-		f(&o)
+		f.apply(&o)
 	}
 	switch {
-	case o.logErr != nil:
-		return o, o.logErr
 	case o.clientErr != nil:
 		return o, o.clientErr
 	case o.points < 0 || o.points > maxPoints:
@@ -67,35 +96,41 @@ func newOptions(opt []Option) (options, error) {
 	case "ipv6":
 		o.family = "IPv6"
 	default:
-		return o, fmt.Errorf("WithIPFamily(%q): want \"IPv4\" or \"IPv6\", as in an EndpointSlice's addressType", o.family)
+		return o, fmt.Errorf("WithIPFamily(%q): want \"IPv4\" or \"IPv6\", as in an EndpointSlice's addressType, or \"\" for the default", o.family)
 	}
 	return o, nil
 }
 
-// WithLogger sends the ServerList's logs to l, one formatted line a record:
-// server changes at info level, errors with repeats of the same error
-// suppressed for a minute. The default logs to slog.Default().
+// isNil reports whether c is nil, or holds a nil Option.
+func isNil(c ClientOption) bool {
+	f, ok := c.(Option)
+	return c == nil || ok && f == nil
+}
+
+// WithLogger sends the logs to l, one formatted line a record: server
+// changes at info level, errors with repeats of the same error suppressed
+// for a minute. nil means the default, slog.Default(); to silence the
+// logs, use WithSlog(slog.New(slog.DiscardHandler)).
 func WithLogger(l Logger) Option {
 	return func(o *options) {
-		if l == nil {
-			o.logErr = errors.New("WithLogger(nil): pass a Logger; to silence the ServerList, use WithSlog(slog.New(slog.DiscardHandler))")
-			return
+		o.log = slog.Default().Handler()
+		if l != nil {
+			o.log = loggerHandler{l: l}
 		}
-		o.log, o.logErr = loggerHandler{l: l}, nil
 	}
 }
 
-// WithSlog sends the ServerList's logs to l as structured records: a
-// message, a level, and attributes (service, namespace, and as they apply
-// servers, added, removed, error). Errors repeated within a minute are
-// suppressed; the next one that is logged says how many were.
+// WithSlog sends the logs to l as structured records: a message, a level,
+// and attributes (service, namespace, and as they apply servers, added,
+// removed, error). Errors repeated within a minute are suppressed; the next
+// one that is logged says how many were. nil means the default,
+// slog.Default(); to silence the logs, use slog.New(slog.DiscardHandler).
 func WithSlog(l *slog.Logger) Option {
 	return func(o *options) {
-		if l == nil {
-			o.logErr = errors.New("WithSlog(nil): pass a *slog.Logger, such as slog.Default(); to silence the ServerList, slog.New(slog.DiscardHandler)")
-			return
+		o.log = slog.Default().Handler()
+		if l != nil {
+			o.log = l.Handler()
 		}
-		o.log, o.logErr = l.Handler(), nil
 	}
 }
 
@@ -103,25 +138,26 @@ func WithSlog(l *slog.Logger) Option {
 // "https://203.0.113.7:6443", or "http://127.0.0.1:8001" for kubectl proxy.
 // With it, no in-cluster configuration is used: add WithTokenFile and
 // WithCAFile as the server needs. A token goes over plain http only to a
-// loopback host, such as kubectl proxy's (which needs none).
+// loopback host, such as kubectl proxy's (which needs none). "" means the
+// default, the in-cluster configuration.
 func WithAPIServer(url string) Option {
-	return func(o *options) { o.apiServer = url }
+	return discoveryOption("WithAPIServer", func(o *options) { o.apiServer = url })
 }
 
 // WithTokenFile sets the file holding the bearer token for the API server.
 // The file is read again every minute and after a 401, so a rotated token
-// is picked up. In a pod the default is the service account token.
+// is picked up. "" means the default: in a pod, the service account token.
 func WithTokenFile(path string) Option {
-	return func(o *options) { o.tokenFile = path }
+	return discoveryOption("WithTokenFile", func(o *options) { o.tokenFile = path })
 }
 
 // WithCAFile sets the PEM file of the certificate authorities that sign the
 // API server's certificate. The file is read again every 5 minutes and when
 // the server's certificate fails verification, so a rotated CA is picked up.
-// In a pod the default is the service account CA; outside one, the system
-// roots.
+// "" means the default: in a pod, the service account CA; outside one, the
+// system roots.
 func WithCAFile(path string) Option {
-	return func(o *options) { o.caFile = path }
+	return discoveryOption("WithCAFile", func(o *options) { o.caFile = path })
 }
 
 // WithHTTPClient sets the HTTP client for API requests, for TLS or proxy
@@ -129,9 +165,10 @@ func WithCAFile(path string) Option {
 // requests; the ServerList bounds each request itself. The bearer token is
 // still added from the token file. WithCAFile has no effect with it. The
 // ServerList uses a copy of c that refuses redirects, as Kubernetes clients
-// do: following one would send the token elsewhere.
+// do: following one would send the token elsewhere. nil means the default,
+// a client of the ServerList's own.
 func WithHTTPClient(c *http.Client) Option {
-	return func(o *options) { o.httpClient = c }
+	return discoveryOption("WithHTTPClient", func(o *options) { o.httpClient = c })
 }
 
 // WithPointsPerServer sets the number of ring points per server, from 1 to
@@ -140,15 +177,16 @@ func WithHTTPClient(c *http.Client) Option {
 // table's size does not change. Every process sharing a cache must use the
 // same value, or they will route keys differently.
 func WithPointsPerServer(n int) Option {
-	return func(o *options) { o.points = n }
+	return discoveryOption("WithPointsPerServer", func(o *options) { o.points = n })
 }
 
 // WithOnChange calls f with the sorted servers after each change, starting
 // with the first discovered set (which may be empty), from a goroutine of the
 // ServerList's own. Changes that come while f runs are coalesced into one call
-// with the latest set. Use it to log or export the server count.
+// with the latest set. Use it to log or export the server count. nil means
+// the default: no calls.
 func WithOnChange(f func(servers []net.Addr)) Option {
-	return func(o *options) { o.onChange = f }
+	return discoveryOption("WithOnChange", func(o *options) { o.onChange = f })
 }
 
 // WithWaitForServers makes NewServerList wait until the Service has at least
@@ -156,7 +194,7 @@ func WithOnChange(f func(servers []net.Addr)) Option {
 // empty list that Kubernetes fills later. Use it where starting without a
 // cache is worse than not starting, with a ctx that has a deadline.
 func WithWaitForServers() Option {
-	return func(o *options) { o.waitReady = true }
+	return discoveryOption("WithWaitForServers", func(o *options) { o.waitReady = true })
 }
 
 // WithLegacyEndpoints makes the ServerList watch the Service's core/v1
@@ -165,14 +203,15 @@ func WithWaitForServers() Option {
 // falls back to Endpoints by itself there. It needs get, list and watch on
 // endpoints.
 func WithLegacyEndpoints() Option {
-	return func(o *options) { o.legacy = true }
+	return discoveryOption("WithLegacyEndpoints", func(o *options) { o.legacy = true })
 }
 
 // WithIPFamily picks the address family of the servers on a dual-stack
 // Service: "IPv4" or "IPv6" (in any case). By default it is IPv4 when the
-// Service has IPv4 endpoints and IPv6 otherwise.
+// Service has IPv4 endpoints and IPv6 otherwise, as with "". A Service
+// without endpoints of the family asked is logged as a warning.
 func WithIPFamily(family string) Option {
-	return func(o *options) { o.family = family }
+	return discoveryOption("WithIPFamily", func(o *options) { o.family = family })
 }
 
 // clientConfig resolves the API server and its credentials: the options

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,7 +82,8 @@ func Replicated() Pool { return Pool{kind: replicated} }
 // EndpointSlice controller copies from the node's
 // topology.kubernetes.io/zone label): one sharded ring per zone, each key
 // on one server in each zone, and reads in zone, the client's own. "" reads
-// it from the ZoneEnv environment variable.
+// it from the ZoneEnv environment variable. A zone that no endpoint of the
+// Service has is logged as a warning, with the zones it has.
 func ByZone(zone string) Pool { return Pool{kind: byZone, zone: zone} }
 
 // AcrossServices is a pool over several Services: NewClient's and each of
@@ -99,12 +102,13 @@ func AcrossServices(addrs ...string) Pool {
 // and copy a hit back to the groups that missed.
 func (p Pool) WithMissFailover() Pool { p.miss = true; return p }
 
-// WithPool sets the Client's pool (default Sharded()). A Client option.
-func WithPool(p Pool) Option {
-	return clientOption("WithPool", func(c *clientOptions) error {
+// WithPool sets the Client's pool; the zero Pool is the default,
+// Sharded().
+func WithPool(p Pool) ClientOption {
+	return clientOption{"WithPool", func(c *clientOptions) error {
 		c.pool = p
 		return nil
-	})
+	}}
 }
 
 // pooled is the state of a Client of a replicated or zoned pool.
@@ -119,6 +123,7 @@ type pooled struct {
 	mu      sync.Mutex
 	groups  map[string]*group
 	view    atomic.Pointer[poolView]
+	warned  string // the zones seen when ByZone's zone was last said to have no server; guarded by mu
 	changed chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -196,6 +201,9 @@ func (pl *pooled) refresh(c *Client) {
 			split[name] = append(split[name], m)
 		}
 	}
+	if pl.kind == byZone {
+		pl.warnZone(c, split)
+	}
 	for name, ms := range split {
 		g := pl.groups[name]
 		if g == nil {
@@ -225,6 +233,28 @@ func (pl *pooled) refresh(c *Client) {
 		}
 	}
 	pl.publish()
+}
+
+// warnZone warns that ByZone's zone has no server, so that every read
+// leaves it: once, and again when the zones seen change.
+func (pl *pooled) warnZone(c *Client, split map[string][]member) {
+	if _, ok := split[pl.zone]; ok {
+		pl.warned = ""
+		return
+	}
+	var zones []string
+	for _, z := range slices.Sorted(maps.Keys(split)) {
+		zones = append(zones, strconv.Quote(z))
+	}
+	if seen := strings.Join(zones, ", "); seen != "" && seen != pl.warned {
+		pl.warned = seen
+		hint := ""
+		if _, ok := split[""]; ok {
+			hint = ` ("" is an endpoint whose node has no topology.kubernetes.io/zone label)`
+		}
+		c.log.Warn(fmt.Sprintf("ByZone(%q): no server of the Service is in that zone, so every read leaves it: the zones of its endpoints are %s%s; give one of them",
+			pl.zone, seen, hint))
+	}
 }
 
 // publish orders the groups for requests: a primary the same for every

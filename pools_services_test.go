@@ -49,7 +49,7 @@ func TestAcrossServices(t *testing.T) {
 	f.put(serviceSlices(t, "memcache-b", "10.0.2.1", other)...)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	c, err := NewClient(ctx, "memcache:memcache", fakeOptions(t, f, fastFailover, toLoopback, WithTimeout(300*time.Millisecond),
+	c, err := NewClient(ctx, "memcache:memcache", fakeClientOptions(t, f, fastFailover, toLoopback, WithTimeout(300*time.Millisecond),
 		WithPool(AcrossServices("memcache-b:memcache")))...)
 	require.NoError(t, err)
 	defer c.Close()
@@ -103,8 +103,8 @@ func TestAcrossServicesErrors(t *testing.T) {
 	f.put(v4("a", ep("10.0.0.1")))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	_, err = NewClient(ctx, "memcache:11211", fakeOptions(t, f, WithPool(AcrossServices("memcache:11211")))...)
+	_, err = NewClient(ctx, "memcache:11211", fakeClientOptions(t, f, WithPool(AcrossServices("memcache:11211")))...)
 	require.ErrorContains(t, err, `Service "memcache:11211" given twice`)
-	_, err = NewClient(ctx, "memcache:11211", fakeOptions(t, f, WithPool(AcrossServices("memcache-b:bad:port")))...)
+	_, err = NewClient(ctx, "memcache:11211", fakeClientOptions(t, f, WithPool(AcrossServices("memcache-b:bad:port")))...)
 	require.ErrorContains(t, err, "AcrossServices")
 }

@@ -17,7 +17,7 @@ import (
 
 // newPoolClient returns a Client of pool p over servers in zones: zones[i]
 // is the zone of ms[i].
-func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ...Option) (*Client, *ServerList) {
+func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ...ClientOption) (*Client, *ServerList) {
 	t.Helper()
 	members, err := staticMembers(addrsOf(ms))
 	require.NoError(t, err)
@@ -31,7 +31,7 @@ func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ..
 	ss := new(ServerList)
 	_, _, err = ss.update(members)
 	require.NoError(t, err)
-	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond), WithPool(p)}, opt...)
+	opt = append([]ClientOption{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond), WithPool(p)}, opt...)
 	c, err := NewClientFromList(ss, opt...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -241,4 +241,57 @@ func TestRepairNeverUndoesADelete(t *testing.T) {
 			require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value read back")
 		})
 	}
+}
+
+// ByZone of a zone that no server is in is one warning naming the zone and
+// the zones seen, and another when the zones seen change; none while the
+// zone has servers.
+func TestByZoneMissingWarns(t *testing.T) {
+	ss := new(ServerList)
+	setZones := func(zones ...string) {
+		t.Helper()
+		var addrs []string
+		for i := range zones {
+			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", 20001+i))
+		}
+		ms, err := staticMembers(addrs)
+		require.NoError(t, err)
+		for i := range ms {
+			ms[i].zone = zones[i]
+		}
+		_, _, err = ss.update(ms)
+		require.NoError(t, err)
+	}
+	warning := func(zones string) string {
+		return `ByZone("zone-typo"): no server of the Service is in that zone, so every read leaves it: the zones of its endpoints are ` + zones + "; give one of them"
+	}
+	setZones("zone-a", "zone-b")
+	log := &recLogger{t: t}
+	c, err := NewClientFromList(ss, WithLogger(log), WithPool(ByZone("zone-typo")))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, 1, log.count(warning(`"zone-a", "zone-b"`)), "the warning, at once")
+
+	groupSize := func(zone string) int {
+		for _, g := range c.pool.view.Load().all {
+			if g.name == zone {
+				return len(g.list.Servers())
+			}
+		}
+		return 0
+	}
+	setZones("zone-a", "zone-b", "zone-b")
+	eventually(t, "the new server", func() bool { return groupSize("zone-b") == 2 })
+	require.Equal(t, 1, log.count("ByZone("), "warned again with the same zones")
+
+	setZones("zone-a", "")
+	eventually(t, "the warning for the new zones", func() bool {
+		return log.count(warning(`"", "zone-a"`+` ("" is an endpoint whose node has no topology.kubernetes.io/zone label)`)) == 1
+	})
+
+	log = &recLogger{t: t}
+	own, err := NewClientFromList(ss, WithLogger(log), WithPool(ByZone("zone-a")))
+	require.NoError(t, err)
+	defer own.Close()
+	require.Zero(t, log.count("ByZone("), "a warning for a zone that has servers")
 }

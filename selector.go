@@ -64,9 +64,10 @@ import (
 // memcache.ErrNoServers, so errors.Is works with either.
 var ErrNoServers = memcache.ErrNoServers
 
-// ErrNotInCluster is returned by NewServerList when no API server was given
-// with WithAPIServer and the program does not run in a Kubernetes pod.
-var ErrNotInCluster = errors.New("selector: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset); use WithAPIServer to run outside a cluster")
+// ErrNotInCluster is returned by NewServerList and NewClient, wrapped (test
+// it with errors.Is), when no API server was given with WithAPIServer and
+// the program does not run in a Kubernetes pod.
+var ErrNotInCluster = errors.New("not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset); use WithAPIServer to run outside a cluster")
 
 var _ memcache.ServerSelector = (*ServerList)(nil)
 
@@ -304,9 +305,6 @@ func (ss *ServerList) pointsPerServer() int {
 // service account token and CA.
 func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList, error) {
 	o, err := newOptions(opt)
-	if err == nil && o.clientOnly != "" {
-		err = fmt.Errorf("%s is an option of NewClient, not of NewServerList", o.clientOnly)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}

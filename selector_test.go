@@ -310,6 +310,50 @@ func TestNewServerListBadInput(t *testing.T) {
 
 // TestREADMEProgram keeps the README's program the same as
 // examples/readme/main.go, which `go vet ./...` compiles.
+// Every error the package returns says "selector: " once, at its start,
+// however many layers it went through.
+func TestErrorPrefixOnce(t *testing.T) {
+	notInPod := Option(func(o *options) { o.getenv = func(string) string { return "" } })
+	f := newFakeAPI(t)
+	f.put(v4("memcache-a", ep("10.0.0.1")))
+	var full ServerList
+	require.NoError(t, full.SetServers("127.0.0.1:11211"))
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"NewServerList, not in a pod", func() error { _, err := NewServerList(t.Context(), "memcache:11211", notInPod); return err }},
+		{"NewClient, not in a pod", func() error { _, err := NewClient(t.Context(), "memcache:11211", notInPod); return err }},
+		{"NewServerList, bad address", func() error { _, err := NewServerList(t.Context(), "memcache", notInPod); return err }},
+		{"NewServerList, bad option", func() error {
+			_, err := NewServerList(t.Context(), "memcache:11211", WithPointsPerServer(-1))
+			return err
+		}},
+		{"NewClient, bad option", func() error { _, err := NewClient(t.Context(), "memcache:11211", WithTimeout(-1)); return err }},
+		{"NewClient, AcrossServices of a bad address", func() error {
+			_, err := NewClient(t.Context(), "memcache:11211", fakeClientOptions(t, f, WithPool(AcrossServices("memcache-b")))...)
+			return err
+		}},
+		{"NewClient, ByZone without a zone", func() error {
+			_, err := NewClient(t.Context(), "memcache:11211", fakeClientOptions(t, f, WithPool(ByZone("")))...)
+			return err
+		}},
+		{"NewClientFromList, nil", func() error { _, err := NewClientFromList(nil); return err }},
+		{"NewClientFromList, discovery option", func() error { _, err := NewClientFromList(&full, WithLegacyEndpoints()); return err }},
+		{"SetServers", func() error { return new(ServerList).SetServers("memcache") }},
+		{"SetHashing, bad", func() error { return new(ServerList).SetHashing(Ch3().WithWeights(map[string]int{"a": 1})) }},
+		{"SetHashing, late", func() error { return full.SetHashing(Ketama()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(ZoneEnv, "")
+			err := tc.call()
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), "selector: "), "%q does not start with the prefix", err)
+			require.Equal(t, 1, strings.Count(err.Error(), "selector:"), "%q", err)
+		})
+	}
+}
+
 func TestREADMEProgram(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -57,7 +58,8 @@ type watcher struct {
 	dec    decoder
 	phase  phase
 	stats  stats
-	warned bool // about a Service without EndpointSlices
+	warned bool   // about a Service without EndpointSlices
+	noFam  string // the families seen when the family asked was last said to have no endpoints
 
 	slices    map[string][]endpoint // eligible endpoints per slice (or Endpoints) name
 	rv        string                // the last resource version seen
@@ -411,11 +413,27 @@ func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 	return false, nil
 }
 
+// warnFamily warns, given the members all, that the Service has endpoints
+// but none of the family WithIPFamily asked for: once, and again when the
+// families seen change.
+func (w *watcher) warnFamily(all []member) {
+	if w.family == "" || len(all) > 0 {
+		w.noFam = ""
+		return
+	}
+	if fs := families(w.slices); len(fs) > 0 && strings.Join(fs, ", ") != w.noFam {
+		w.noFam = strings.Join(fs, ", ")
+		w.log.Warn(fmt.Sprintf("WithIPFamily(%q): the Service has no %s endpoints, only %s ones, so there are no servers: ask for %q, or leave WithIPFamily out",
+			w.family, w.family, strings.Join(fs, " and "), fs[0]))
+	}
+}
+
 // recompute publishes the union of all slices' members after the first list
 // and after every change. A set that publish refuses (too many members) is
 // logged, and the ring keeps the last set.
 func (w *watcher) recompute() {
 	all := union(w.slices, w.family)
+	w.warnFamily(all)
 	dr := draining(w.slices, w.family, all)
 	if w.published != nil && equalMembers(all, w.published) && slices.Equal(dr, w.drained) {
 		return

@@ -124,6 +124,15 @@ func fakeOptions(t *testing.T, f *fakeAPI, opts ...Option) []Option {
 	return append(base, opts...)
 }
 
+// fakeClientOptions is fakeOptions for NewClient, followed by opts.
+func fakeClientOptions(t *testing.T, f *fakeAPI, opts ...ClientOption) []ClientOption {
+	var all []ClientOption
+	for _, o := range fakeOptions(t, f) {
+		all = append(all, o)
+	}
+	return append(all, opts...)
+}
+
 // newServerList calls NewServerList for f, and closes the result at the end
 // of the test.
 func newServerList(t *testing.T, f *fakeAPI, addr string, opts ...Option) (*ServerList, error) {

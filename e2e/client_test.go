@@ -537,7 +537,7 @@ func TestClientDeleteDuringHandoff(t *testing.T) {
 func TestClientNoStaleAfterHandoffWindow(t *testing.T) {
 	e := newEnv(t)
 	pods, l := e.startClientScenario()
-	cl := e.newSelClient(l, selector.WithHandoff(bugWindow, bugWindow))
+	cl := e.newSelClient(l, selector.WithHandoff(selector.Handoff{Window: bugWindow, Expiration: bugWindow}))
 	victim := pods[0]
 	addr := victim.Addr(11211)
 	t.Cleanup(victim.Resume)

@@ -46,15 +46,18 @@ const (
 	cMaxDown    = 0.5
 )
 
+// cFailover is the Client's failover in every Client scenario.
+var cFailover = selector.Failover{Timeouts: cTimeouts, ProbeFirst: cProbeFirst, ProbeMax: cProbeMost, MaxOut: cMaxDown}
+
 // newSelClient returns a Client over l's ServerList, with the scenarios'
 // settings; it closes before l does.
-func (e *env) newSelClient(l *lib, opts ...selector.Option) *selector.Client {
+func (e *env) newSelClient(l *lib, opts ...selector.ClientOption) *selector.Client {
 	e.t.Helper()
-	all := append([]selector.Option{
+	all := append([]selector.ClientOption{
 		selector.WithLogger(l.log),
 		selector.WithTimeout(cTimeout),
 		selector.WithMaxIdleConns(cMaxIdle),
-		selector.WithFailover(cTimeouts, cProbeFirst, cProbeMost, cMaxDown),
+		selector.WithFailover(cFailover),
 	}, opts...)
 	c, err := selector.NewClientFromList(l.ServerList, all...)
 	require.NoError(e.t, err)

@@ -64,7 +64,7 @@ func TestPoolAcrossServices(t *testing.T) {
 	cl, err := selector.NewClient(ctx, serviceName+":11211",
 		selector.WithAPIServer(c.url), selector.WithCAFile(c.caFile), selector.WithTokenFile(c.tokenFile),
 		selector.WithLogger(la.log), selector.WithTimeout(cTimeout), selector.WithMaxIdleConns(cMaxIdle),
-		selector.WithFailover(cTimeouts, cProbeFirst, cProbeMost, cMaxDown),
+		selector.WithFailover(cFailover),
 		selector.WithPool(selector.AcrossServices(otherService+":11211")))
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })

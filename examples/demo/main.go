@@ -173,7 +173,7 @@ func run(c config) error {
 	// 4. Replace every pod, one by one, while traffic flows: through cache,
 	// and through a selector.Client over the same ServerList.
 	out.chapter("4. Restart every pod, as a Deployment's rolling update does")
-	clientOpts := []selector.Option{
+	clientOpts := []selector.ClientOption{
 		selector.WithTimeout(cache.Timeout),
 		selector.WithMaxIdleConns(cache.MaxIdleConns),
 		selector.WithSlog(logger),

@@ -25,7 +25,7 @@ type zoneStep struct {
 	control     control
 	ss          *selector.ServerList
 	ringChanged <-chan struct{}
-	opts        []selector.Option // the Client options of step 4's Client
+	opts        []selector.ClientOption // the Client options of step 4's Client
 	log         *slog.Logger
 	sum         *zoneSummary
 }
@@ -65,7 +65,7 @@ func (z *zoneStep) run() error {
 		return err
 	}
 	defer sharded.Close()
-	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{selector.WithPool(selector.ByZone(own).WithMissFailover())})...)
+	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{selector.WithPool(selector.ByZone(own).WithMissFailover())})...)
 	if err != nil {
 		return err
 	}

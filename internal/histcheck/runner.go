@@ -155,12 +155,12 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config) (Target, fun
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []selector.Option{
+	opts := []selector.ClientOption{
 		selector.WithSlog(log),
 		selector.WithTimeout(p.Timeout),
 		selector.WithMaxIdleConns(cfg.Workload.Workers),
-		selector.WithFailover(p.Timeouts, p.ProbeFirst, p.ProbeMax, p.MaxDown),
-		selector.WithHandoff(p.HandoffWindow, p.HandoffTTL),
+		selector.WithFailover(selector.Failover{Timeouts: p.Timeouts, ProbeFirst: p.ProbeFirst, ProbeMax: p.ProbeMax, MaxOut: p.MaxDown}),
+		selector.WithHandoff(selector.Handoff{Window: p.HandoffWindow, Expiration: p.HandoffTTL}),
 	}
 	switch k {
 	case ClientSharded:
