@@ -144,13 +144,13 @@ func (e *dialError) Temporary() bool { return false }
 type failure int
 
 const (
-	healthy     failure = iota // a reply, or an error that is not the server's (a miss, a bad key)
-	unreachable                // the connection was refused: nothing was sent
-	connectTimeout             // the connection was not made in time: nothing was sent, but the server may only be slow
-	timedOut                   // no reply in time: the request may have run
-	broken                     // the connection broke: the request may have run
-	refused                    // the server answered with an error: the request did not run
-	local                      // this machine's resources ran out: nothing was sent, no server is to blame
+	healthy        failure = iota // a reply, or an error that is not the server's (a miss, a bad key)
+	unreachable                   // the connection was refused: nothing was sent
+	connectTimeout                // the connection was not made in time: nothing was sent, but the server may only be slow
+	timedOut                      // no reply in time: the request may have run
+	broken                        // the connection broke: the request may have run
+	refused                       // the server answered with an error: the request did not run
+	local                         // this machine's resources ran out: nothing was sent, no server is to blame
 )
 
 // failureOf returns what err, from a request to a server, says about it.
