@@ -27,6 +27,7 @@ type options struct {
 	waitReady  bool
 	legacy     bool
 	family     string
+	metrics    Metrics // see WithMetrics
 
 	client     clientOptions // the Client's, from client options
 	clientOnly string        // the first client option given: NewServerList refuses it
