@@ -262,7 +262,7 @@ type ClientStats struct {
 // ServerStats is one server's state for a Client.
 type ServerStats struct {
 	Addr          string
-	State         string // "up", "down" (out for this client), "replaying" (its invalidations) or "gone" (left)
+	State         string // "up", "failing" (failing, but kept in: as many servers are out as WithFailover allows), "down" (out for this client), "replaying" (its invalidations) or "gone" (left)
 	Invalidations int    // keys to delete there before it is used again
 	Flush         bool   // it will be flushed before it is used again (its invalidations overflowed)
 }
@@ -281,7 +281,7 @@ func (c *Client) Stats() ClientStats {
 	defer c.mu.Unlock()
 	var st ClientStats
 	for _, s := range c.servers {
-		st.Servers = append(st.Servers, ServerStats{Addr: s.addr.str, State: s.status().String(),
+		st.Servers = append(st.Servers, ServerStats{Addr: s.addr.str, State: s.stateName(),
 			Invalidations: len(s.log.keys), Flush: s.log.overflowed})
 	}
 	sortStats(st.Servers)

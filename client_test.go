@@ -382,23 +382,32 @@ func (c *countedConn) Close() error {
 }
 
 // TestMaxDown kills every server: only half of them are taken out, so that
-// a fault of the client's own cannot move every key.
+// a fault of the client's own cannot move every key. Stats shows the others
+// as failing, not up, and up again once one answers.
 func TestMaxDown(t *testing.T) {
 	ms := startMemcached(t, 4)
-	c, _ := newTestClient(t, addrsOf(ms))
+	c, ss := newTestClient(t, addrsOf(ms))
 	for _, m := range ms {
 		m.kill()
 	}
 	for i := range 100 {
 		c.Get(fmt.Sprint("k", i))
 	}
-	out := 0
+	states := map[string][]string{}
 	for _, s := range c.Stats().Servers {
-		if s.State != "up" {
-			out++
+		states[s.State] = append(states[s.State], s.Addr)
+	}
+	require.Len(t, states["down"], 2, "states %v", states)
+	require.Len(t, states["failing"], 2, "states %v: the servers kept in are failing, not up", states)
+
+	kept := states["failing"][0]
+	for _, m := range ms {
+		if m.addr == kept {
+			m.restart()
 		}
 	}
-	require.Equal(t, 2, out)
+	require.NoError(t, c.Set(&memcache.Item{Key: keysOf(t, ss, kept, 1)[0], Value: []byte("v")}))
+	require.Equal(t, "up", stateOf(c, kept).State, "after it answered")
 }
 
 // TestInvalidationsOverflow writes more keys of a server that is out than

@@ -28,6 +28,9 @@ func (c *Client) observe(s *server, f failure, err error) {
 		if s.timeouts.Load() != 0 {
 			s.timeouts.Store(0)
 		}
+		if s.failing.Load() {
+			s.failing.Store(false)
+		}
 	case unreachable:
 		c.takeOut(s, err)
 	case timedOut:
@@ -46,6 +49,7 @@ func (c *Client) takeOut(s *server, err error) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
 		c.signal()
 	} else if s.status() == up {
+		s.failing.Store(true)
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
 	}
 }
@@ -71,6 +75,7 @@ func (c *Client) markDown(s *server) bool {
 	}
 	s.state.Store(int32(down))
 	s.timeouts.Store(0)
+	s.failing.Store(false)
 	s.mc.Close()
 	c.probe(s, c.cfg.probeMin)
 	return true

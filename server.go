@@ -30,6 +30,7 @@ type server struct {
 	lost     atomic.Bool   // left, and no longer serves or failed since: not read or written any more
 	maxCAS   atomic.Uint64 // the highest CAS id a reply carried, to tell a restart
 	pending  atomic.Bool   // its invalidations are not empty: check a value read from it (see Client.suspect)
+	failing  atomic.Bool   // up, failing, but kept in: as many servers are out as the Client allows (see Client.takeOut)
 
 	// Guarded by Client.mu.
 	log      invalidations
@@ -52,6 +53,15 @@ func (s serverState) String() string {
 }
 
 func (s *server) status() serverState { return serverState(s.state.Load()) }
+
+// stateName is the state ServerStats shows: the status, or "failing" for a
+// server up only because the cap on servers out keeps it in.
+func (s *server) stateName() string {
+	if st := s.status(); st != up || !s.failing.Load() {
+		return st.String()
+	}
+	return "failing"
+}
 
 // newServer returns a server at a, with its own gomemcache client built
 // from the Client's connection settings.
