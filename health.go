@@ -23,13 +23,14 @@ const probeKey = "k8s-memcache-selector:probe"
 // cfg.timeoutsUntilDown times in a row too; a broken connection drops the
 // server's idle connections, which likely broke with it.
 func (c *Client) observe(s *server, f failure, err error) {
+	c.reportFailure(s, f)
 	switch f {
 	case healthy:
 		if s.timeouts.Load() != 0 {
 			s.timeouts.Store(0)
 		}
-		if s.failing.Load() {
-			s.failing.Store(false)
+		if s.failing.Load() && s.failing.Swap(false) {
+			c.reportHealth(s, ServerUp, "answered", nil)
 		}
 	case unreachable:
 		c.takeOut(s, err)
@@ -47,9 +48,12 @@ func (c *Client) observe(s *server, f failure, err error) {
 func (c *Client) takeOut(s *server, err error) {
 	if c.markDown(s) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
+		c.reportHealth(s, ServerOut, "", err)
 		c.signal()
 	} else if s.status() == up {
-		s.failing.Store(true)
+		if !s.failing.Swap(true) {
+			c.reportHealth(s, ServerFailing, "", err)
+		}
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
 	}
 }
@@ -154,6 +158,7 @@ func (c *Client) recover(s *server) bool {
 			s.maxCAS.Store(0)
 			c.mu.Unlock()
 			c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted)
+			c.reportBack(s, restarted)
 			c.signal()
 			return true
 		}
@@ -169,8 +174,10 @@ func (c *Client) recover(s *server) bool {
 			s.state.Store(int32(down))
 			c.mu.Unlock()
 			c.log.Warn("server answered, but replaying its invalidations failed: it stays out", keyServer, s.addr.str, keyError, err)
+			c.reportHealth(s, ServerOut, "replay_failed", nil)
 			return false
 		}
+		c.reportReplay(s, log)
 	}
 }
 
@@ -271,15 +278,17 @@ func (c *Client) remember(s *server, key string) {
 		c.setLog(s, invalidations{overflowed: true})
 		return
 	}
-	n := len(s.log.keys)
+	n, was := len(s.log.keys), s.log.overflowed
 	s.log.add(key, c.cfg.maxInvalidations)
 	c.logged += len(s.log.keys) - n
+	c.reportLogged(s, len(s.log.keys)-n, !was && s.log.overflowed)
 	s.pending.Store(true)
 }
 
 // setLog makes l the invalidations of s. Called with c.mu held.
 func (c *Client) setLog(s *server, l invalidations) {
 	c.logged += len(l.keys) - len(s.log.keys)
+	c.reportSetLog(s, l)
 	s.log = l
 	s.pending.Store(len(l.keys) > 0 || l.overflowed)
 }

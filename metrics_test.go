@@ -102,8 +102,8 @@ func TestMetricsDiscovery(t *testing.T) {
 
 	f.failNext("watch", fault{code: 500, reason: "InternalError", message: "etcd is down"})
 	w.close()
-	// The watch ended at once: a short watch, an error too (backed off), then
-	// the 500, then a relist that recovers.
+	// The watch ended (within a second it is an error too, and backed off),
+	// then the 500, then a relist that recovers.
 	after500 := func() (ks []DiscoveryKind) {
 		m.read(func(m *recMetrics) {
 			for i, e := range m.discovery {
@@ -120,7 +120,7 @@ func TestMetricsDiscovery(t *testing.T) {
 	eventually(t, "a relist and a recovery after the 500", func() bool { return len(after500()) >= 2 })
 	assert.Equal(t, []DiscoveryKind{DiscoveryRelist, DiscoveryRecovered}, after500()[:2])
 	assert.Equal(t, DiscoverySynced, m.discoveryKinds()[0])
-	assert.Equal(t, DiscoveryWatchRestart, m.discoveryKinds()[2], "after the short watch's error")
+	assert.Contains(t, m.discoveryKinds(), DiscoveryWatchRestart)
 	st := ss.Stats()
 	assert.Equal(t, 1, st.Relists)
 	assert.GreaterOrEqual(t, st.WatchRestarts, 2)

@@ -145,11 +145,16 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.It
 		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
 		if perr != nil || now.CasID != it.CasID {
 			c.undoCopy(s, &cp)
+			c.reportHandoff(p, s, HandoffUndone)
 			return it
 		}
 		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+		c.reportHandoff(p, s, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
+		c.reportHandoff(p, s, HandoffFailed)
 		return it
+	default:
+		c.reportHandoff(p, s, HandoffPresent)
 	}
 	var got *memcache.Item
 	if s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return }) == nil {
@@ -199,7 +204,8 @@ func (c *Client) handoffTTL() int32 { return int32(c.cfg.handoffTTL / time.Secon
 
 // Get gets the item for key, as memcache.Client.Get. It fails over, and a
 // miss at a key that moved is handed off (see Client).
-func (c *Client) Get(key string) (*memcache.Item, error) {
+func (c *Client) Get(key string) (_ *memcache.Item, opErr error) {
+	defer c.done(OpGet, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.Get(key) })
 	}
@@ -208,7 +214,8 @@ func (c *Client) Get(key string) (*memcache.Item, error) {
 
 // GetAndTouch gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
-func (c *Client) GetAndTouch(key string, expiration int32) (*memcache.Item, error) {
+func (c *Client) GetAndTouch(key string, expiration int32) (_ *memcache.Item, opErr error) {
+	defer c.done(OpGetAndTouch, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetAndTouch(key, expiration) })
 	}
@@ -236,7 +243,8 @@ func (c *Client) get(key string, exp int32, get func(*memcache.Client) (*memcach
 }
 
 // Touch sets the expiration of key, as memcache.Client.Touch, at its server.
-func (c *Client) Touch(key string, seconds int32) error {
+func (c *Client) Touch(key string, seconds int32) (opErr error) {
+	defer c.done(OpTouch, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.all(key, func(g *Client) error { return g.Touch(key, seconds) })
 	}
@@ -249,7 +257,8 @@ func (c *Client) Touch(key string, seconds int32) error {
 
 // Set writes item, as memcache.Client.Set. It is retried when its server
 // fails (see retry).
-func (c *Client) Set(item *memcache.Item) error {
+func (c *Client) Set(item *memcache.Item) (opErr error) {
+	defer c.done(OpSet, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.all(item.Key, func(g *Client) error { return g.Set(item) })
 	}
@@ -258,7 +267,8 @@ func (c *Client) Set(item *memcache.Item) error {
 }
 
 // Add writes item if its key holds no value, as memcache.Client.Add.
-func (c *Client) Add(item *memcache.Item) error {
+func (c *Client) Add(item *memcache.Item) (opErr error) {
+	defer c.done(OpAdd, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Add(item) }, func(g *Client) error { return g.Set(item) })
 	}
@@ -267,7 +277,8 @@ func (c *Client) Add(item *memcache.Item) error {
 }
 
 // Replace writes item if its key holds a value, as memcache.Client.Replace.
-func (c *Client) Replace(item *memcache.Item) error {
+func (c *Client) Replace(item *memcache.Item) (opErr error) {
+	defer c.done(OpReplace, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Replace(item) }, func(g *Client) error { return g.Set(item) })
 	}
@@ -277,7 +288,8 @@ func (c *Client) Replace(item *memcache.Item) error {
 
 // Append appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
-func (c *Client) Append(item *memcache.Item) error {
+func (c *Client) Append(item *memcache.Item) (opErr error) {
+	defer c.done(OpAppend, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Append(item) }, func(g *Client) error { return g.Delete(item.Key) })
 	}
@@ -286,7 +298,8 @@ func (c *Client) Append(item *memcache.Item) error {
 
 // Prepend prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
-func (c *Client) Prepend(item *memcache.Item) error {
+func (c *Client) Prepend(item *memcache.Item) (opErr error) {
+	defer c.done(OpPrepend, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Prepend(item) }, func(g *Client) error { return g.Delete(item.Key) })
 	}
@@ -295,7 +308,8 @@ func (c *Client) Prepend(item *memcache.Item) error {
 
 // CompareAndSwap writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
-func (c *Client) CompareAndSwap(item *memcache.Item) error {
+func (c *Client) CompareAndSwap(item *memcache.Item) (opErr error) {
+	defer c.done(OpCompareAndSwap, c.begin(), &opErr)
 	if c.pool != nil {
 		return ErrPoolCAS
 	}
@@ -308,7 +322,8 @@ func (c *Client) CompareAndSwap(item *memcache.Item) error {
 // delete; see copyTo), and at its server if that is out for this client
 // (when it returns); so it returns ErrCacheMiss only if key was found
 // nowhere it can be.
-func (c *Client) Delete(key string) error {
+func (c *Client) Delete(key string) (opErr error) {
+	defer c.done(OpDelete, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.delete(key)
 	}
@@ -335,7 +350,8 @@ func (c *Client) Delete(key string) error {
 
 // Increment adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
-func (c *Client) Increment(key string, delta uint64) (uint64, error) {
+func (c *Client) Increment(key string, delta uint64) (_ uint64, opErr error) {
+	defer c.done(OpIncrement, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Increment(key, delta) })
 	}
@@ -346,7 +362,8 @@ func (c *Client) Increment(key string, delta uint64) (uint64, error) {
 
 // Decrement subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
-func (c *Client) Decrement(key string, delta uint64) (uint64, error) {
+func (c *Client) Decrement(key string, delta uint64) (_ uint64, opErr error) {
+	defer c.done(OpDecrement, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Decrement(key, delta) })
 	}
@@ -390,7 +407,8 @@ func (c *Client) each(op func(*memcache.Client) error) error {
 
 // Ping checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
-func (c *Client) Ping() error {
+func (c *Client) Ping() (opErr error) {
+	defer c.done(OpPing, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.each(func(g *Client) error { return g.Ping() })
 	}
@@ -399,7 +417,8 @@ func (c *Client) Ping() error {
 
 // FlushAll deletes every item on every server, as memcache.Client.FlushAll.
 // A server out for this client is flushed when it returns.
-func (c *Client) FlushAll() error {
+func (c *Client) FlushAll() (opErr error) {
+	defer c.done(OpFlushAll, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.each(func(g *Client) error { return g.FlushAll() })
 	}

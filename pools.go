@@ -144,6 +144,7 @@ func newPooled(c *Client, p Pool, own string, discover func(addr string) (*Serve
 	cfg := c.cfg
 	cfg.pool = Pool{}
 	cfg.maxDown = 1 // a group may lose all its servers: its reads and writes fail over to the others
+	cfg.metrics = forGroup(cfg.metrics)
 	pl := &pooled{Pool: p, list: c.list, cfg: cfg, seed: rand.Uint64(),
 		groups: map[string]*group{}, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	if p.kind == services {
