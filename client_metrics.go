@@ -39,8 +39,14 @@ func (c *Client) begin() time.Time {
 // done reports an operation that began at start and returned *err. It is
 // deferred at the top of each public method: `defer c.done(OpGet, c.begin(), &err)`.
 func (c *Client) done(op Op, start time.Time, err *error) {
+	if c.cfg.metrics != nil { // inlined: without metrics, this is all
+		c.report(op, start, *err)
+	}
+}
+
+func (c *Client) report(op Op, start time.Time, err error) {
 	if m := c.cfg.metrics; m != nil {
-		ev := RequestEvent{Op: op, Outcome: outcomeOf(*err), Duration: time.Since(start)}
+		ev := RequestEvent{Op: op, Outcome: outcomeOf(err), Duration: time.Since(start)}
 		if op == OpGet || op == OpGetAndTouch {
 			if ev.Outcome == OutcomeOK {
 				ev.Outcome, ev.Hits = OutcomeHit, 1
@@ -112,9 +118,13 @@ func failureKind(f failure) Outcome {
 
 // reportFailure reports a request to s that failed with f, if it did.
 func (c *Client) reportFailure(s *server, f failure) {
-	if m := c.cfg.metrics; m != nil && f != healthy {
-		m.ServerError(ServerErrorEvent{Addr: s.addr.str, Kind: failureKind(f)})
+	if f != healthy && c.cfg.metrics != nil { // inlined: a healthy reply costs this test
+		c.serverError(s, f)
 	}
+}
+
+func (c *Client) serverError(s *server, f failure) {
+	c.cfg.metrics.ServerError(ServerErrorEvent{Addr: s.addr.str, Kind: failureKind(f)})
 }
 
 // reportHealth reports that s became st, for reason (see HealthEvent), or
