@@ -14,8 +14,17 @@ test: unit e2e
 # libmemcached through a C program the test compiles (libmemcached-dev,
 # and gcc and libc6-dev, which -race needs anyway). test-deps installs
 # what is missing, and SELECTOR_REQUIRE_PEERS makes their absence a failure, not a skip.
+#
+# The metrics adapters in extra/ are modules of their own, which go test
+# ./... at the root skips: each is vetted and tested in its directory. The
+# race detector makes allocation counts vary (sync.Pool drops items at
+# random), so TestMetricsAllocs compares them in a run without it.
+EXTRA_MODULES = extra/selectorotel extra/selectorprometheus
+
 unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^TestMetricsAllocs$$' .
+	for m in $(EXTRA_MODULES); do (cd $$m && SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...) || exit 1; done
 	cd examples && $(GO) build ./...
 
 test-deps: SHELL := /bin/bash
@@ -54,6 +63,7 @@ vet:
 	$(GO) mod download
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	for m in $(EXTRA_MODULES); do (cd $$m && $(GO) mod download && $(GO) vet ./...) || exit 1; done
 
 e2e: test-deps
 	bash e2e/run.sh

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
@@ -203,7 +204,7 @@ func BenchmarkNoOpEvent(b *testing.B) {
 	for _, n := range []int{100, 5000} {
 		b.Run(fmt.Sprintf("slices=%d", n), func(b *testing.B) {
 			w := newWatcher(nil, watchConfig{target: target{service: "memcache", namespace: "default", port: 11211},
-				publish: func([]member, []string) error { return nil }})
+				publish: func([]member, []string, time.Duration) error { return nil }})
 			w.slices = map[string][]endpoint{}
 			var ev event
 			for i := range n {

@@ -27,6 +27,7 @@ type clientOptions struct {
 	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered
 	pool              Pool
+	metrics           Metrics // see WithMetrics; nil for none
 }
 
 // The defaults of the Client's settings.

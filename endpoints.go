@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // This file turns EndpointSlices (or core/v1 Endpoints) into ring members:
@@ -26,8 +27,9 @@ var ErrNoPort = errors.New("no matching port")
 // decoder decodes the objects of one target.
 type decoder struct {
 	t        target
-	legacy   bool   // core/v1 Endpoints, not EndpointSlices
-	mismatch string // why the last object with endpoints had no matching port
+	legacy   bool      // core/v1 Endpoints, not EndpointSlices
+	mismatch string    // why the last object with endpoints had no matching port
+	trigger  time.Time // the last object's change trigger time, or zero (see objectMeta)
 }
 
 // endpoint is an eligible endpoint of one slice, before the union of all
@@ -191,6 +193,7 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, 
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return "", "", nil, err
 		}
+		d.trigger = triggerTime(e.Metadata)
 		for _, s := range e.Subsets {
 			p, ok := d.port(s.Ports, e.Metadata.Name)
 			if !ok {
@@ -209,6 +212,7 @@ func (d *decoder) decode(raw json.RawMessage) (name, rv string, eps []endpoint, 
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", "", nil, err
 	}
+	d.trigger = triggerTime(s.Metadata)
 	if s.Metadata.Name == "" {
 		return "", "", nil, errors.New("object has no name")
 	}
@@ -436,4 +440,11 @@ func (b *bounded[T, L]) UnmarshalJSON(data []byte) error {
 		*b = append(*b, v)
 	}
 	return nil
+}
+
+// triggerTime returns the change trigger time of m, or zero if it has none
+// or it does not parse: it only measures lag, never decides anything.
+func triggerTime(m objectMeta) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, m.Annotations.Trigger)
+	return t
 }

@@ -496,6 +496,7 @@ type fakeMeta struct {
 	Namespace       string            `json:"namespace"`
 	ResourceVersion string            `json:"resourceVersion,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
 }
 
 type fakeSlice struct {

@@ -165,7 +165,7 @@ func (c *Client) floorNow(s *server) {
 // serves key's old value.
 func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 	if !s.readable() {
-		c.inval.add(s, key, standIn)
+		c.logKey(s, key, standIn)
 		return true
 	}
 	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
@@ -173,7 +173,7 @@ func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 		if s.status() == gone {
 			s.lost.Store(true)
 		}
-		c.inval.add(s, key, standIn)
+		c.logKey(s, key, standIn)
 		if s.status() == up {
 			if _, overflowed := c.inval.state(s); overflowed {
 				c.floorNow(s)
@@ -185,6 +185,14 @@ func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 	}
 	c.cleanStandIn(s, key, standIn)
 	return err == nil
+}
+
+// logKey logs key for deletion at s (see invalLog), and reports it.
+func (c *Client) logKey(s *server, key string, standIn *server) {
+	_, before := c.inval.state(s)
+	c.inval.add(s, key, standIn)
+	_, after := c.inval.state(s)
+	c.reportLogged(s, 1, after && !before)
 }
 
 // afterWrite is the cleanup after a write or delete of key, whose hash is

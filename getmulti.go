@@ -12,7 +12,8 @@ import (
 // whose connection broke, goes again to the keys' servers then; keys that
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
-func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
+func (c *Client) GetMulti(keys []string) (items map[string]*memcache.Item, opErr error) {
+	defer c.doneMulti(c.begin(), keys, &items, &opErr)
 	if c.pool != nil {
 		return c.pool.getMulti(keys)
 	}
@@ -71,7 +72,7 @@ func (c *Client) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 				}
 			}
 			f := failureOf(err)
-			if f != healthy {
+			if f != healthy || b.s.timeouts.Load() != 0 || b.s.keptIn.Load() {
 				c.observe(b.s, f, err)
 			}
 			mu.Lock()

@@ -148,12 +148,17 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.It
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, &cp)
 			c.copies.done(it.Key, st)
+			c.reportHandoff(p, s, HandoffUndone)
 			return nil
 		}
 		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+		c.reportHandoff(p, s, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
 		c.copies.done(it.Key, st)
+		c.reportHandoff(p, s, HandoffFailed)
 		return it
+	default:
+		c.reportHandoff(p, s, HandoffPresent)
 	}
 	var got *memcache.Item
 	gerr := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return })

@@ -25,13 +25,14 @@ const probeKey = "k8s-memcache-selector:probe"
 // (out of descriptors) or the server's answer (SERVER_ERROR) says nothing
 // against the server.
 func (c *Client) observe(s *server, f failure, err error) {
+	c.reportFailure(s, f)
 	switch f {
 	case healthy, refused:
 		if s.timeouts.Load() != 0 {
 			s.timeouts.Store(0)
 		}
-		if s.keptIn.Load() {
-			s.keptIn.Store(false)
+		if s.keptIn.Load() && s.keptIn.Swap(false) {
+			c.reportHealth(s, ServerUp, "answered", nil)
 		}
 	case unreachable:
 		c.takeOut(s, false, err)
@@ -50,10 +51,12 @@ func (c *Client) observe(s *server, f failure, err error) {
 func (c *Client) takeOut(s *server, soft bool, err error) {
 	if c.markDown(s, soft) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
+		c.reportHealth(s, ServerOut, "", err)
 		c.refresh(time.Now()) // so that its stand-ins' gains are known before they serve its keys
 		c.signal()
 	} else if s.status() == up && !s.keptIn.Swap(true) {
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)
+		c.reportHealth(s, ServerFailing, "", err)
 	}
 }
 

@@ -38,7 +38,7 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			}
 		}
 		f := failureOf(err)
-		if f != healthy {
+		if f != healthy || s.timeouts.Load() != 0 || s.keptIn.Load() { // a success resets the count
 			c.observe(s, f, err)
 		}
 		switch {
@@ -70,7 +70,8 @@ func (c *Client) write(r *keyOp) (bool, error) {
 
 // Get gets the item for key, as memcache.Client.Get. It fails over, and a
 // miss at a key that moved is handed off (see Client).
-func (c *Client) Get(key string) (*memcache.Item, error) {
+func (c *Client) Get(key string) (_ *memcache.Item, opErr error) {
+	defer c.done(OpGet, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.Get(key) })
 	}
@@ -80,7 +81,8 @@ func (c *Client) Get(key string) (*memcache.Item, error) {
 
 // GetAndTouch gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
-func (c *Client) GetAndTouch(key string, expiration int32) (*memcache.Item, error) {
+func (c *Client) GetAndTouch(key string, expiration int32) (_ *memcache.Item, opErr error) {
+	defer c.done(OpGetAndTouch, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetAndTouch(key, expiration) })
 	}
@@ -104,7 +106,8 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 }
 
 // Touch sets the expiration of key, as memcache.Client.Touch, at its server.
-func (c *Client) Touch(key string, seconds int32) error {
+func (c *Client) Touch(key string, seconds int32) (opErr error) {
+	defer c.done(OpTouch, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.all(key, func(g *Client) error { return g.Touch(key, seconds) })
 	}
@@ -115,7 +118,8 @@ func (c *Client) Touch(key string, seconds int32) error {
 
 // Set writes item, as memcache.Client.Set. It is retried when its server
 // fails before it is sent, or its connection breaks.
-func (c *Client) Set(item *memcache.Item) error {
+func (c *Client) Set(item *memcache.Item) (opErr error) {
+	defer c.done(OpSet, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.all(item.Key, func(g *Client) error { return g.Set(item) })
 	}
@@ -125,7 +129,8 @@ func (c *Client) Set(item *memcache.Item) error {
 }
 
 // Add writes item if its key holds no value, as memcache.Client.Add.
-func (c *Client) Add(item *memcache.Item) error {
+func (c *Client) Add(item *memcache.Item) (opErr error) {
+	defer c.done(OpAdd, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Add(item) }, func(g *Client) error { return g.Set(item) })
 	}
@@ -135,7 +140,8 @@ func (c *Client) Add(item *memcache.Item) error {
 }
 
 // Replace writes item if its key holds a value, as memcache.Client.Replace.
-func (c *Client) Replace(item *memcache.Item) error {
+func (c *Client) Replace(item *memcache.Item) (opErr error) {
+	defer c.done(OpReplace, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Replace(item) }, func(g *Client) error { return g.Set(item) })
 	}
@@ -146,7 +152,8 @@ func (c *Client) Replace(item *memcache.Item) error {
 
 // Append appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
-func (c *Client) Append(item *memcache.Item) error {
+func (c *Client) Append(item *memcache.Item) (opErr error) {
+	defer c.done(OpAppend, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Append(item) }, func(g *Client) error { return g.Delete(item.Key) })
 	}
@@ -156,7 +163,8 @@ func (c *Client) Append(item *memcache.Item) error {
 
 // Prepend prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
-func (c *Client) Prepend(item *memcache.Item) error {
+func (c *Client) Prepend(item *memcache.Item) (opErr error) {
+	defer c.done(OpPrepend, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.Prepend(item) }, func(g *Client) error { return g.Delete(item.Key) })
 	}
@@ -166,7 +174,8 @@ func (c *Client) Prepend(item *memcache.Item) error {
 
 // CompareAndSwap writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
-func (c *Client) CompareAndSwap(item *memcache.Item) error {
+func (c *Client) CompareAndSwap(item *memcache.Item) (opErr error) {
+	defer c.done(OpCompareAndSwap, c.begin(), &opErr)
 	if c.pool != nil {
 		return ErrPoolCAS
 	}
@@ -180,7 +189,8 @@ func (c *Client) CompareAndSwap(item *memcache.Item) error {
 // delete), and at its server if that is out for this client (when it
 // returns); so it returns ErrCacheMiss only if key was found nowhere it can
 // be.
-func (c *Client) Delete(key string) error {
+func (c *Client) Delete(key string) (opErr error) {
+	defer c.done(OpDelete, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.delete(key)
 	}
@@ -209,7 +219,8 @@ func (c *Client) Delete(key string) error {
 
 // Increment adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
-func (c *Client) Increment(key string, delta uint64) (uint64, error) {
+func (c *Client) Increment(key string, delta uint64) (_ uint64, opErr error) {
+	defer c.done(OpIncrement, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Increment(key, delta) })
 	}
@@ -220,7 +231,8 @@ func (c *Client) Increment(key string, delta uint64) (uint64, error) {
 
 // Decrement subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
-func (c *Client) Decrement(key string, delta uint64) (uint64, error) {
+func (c *Client) Decrement(key string, delta uint64) (_ uint64, opErr error) {
+	defer c.done(OpDecrement, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Decrement(key, delta) })
 	}
@@ -262,7 +274,8 @@ func (c *Client) each(op func(*memcache.Client) error) error {
 
 // Ping checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
-func (c *Client) Ping() error {
+func (c *Client) Ping() (opErr error) {
+	defer c.done(OpPing, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.each(func(g *Client) error { return g.Ping() })
 	}
@@ -274,7 +287,8 @@ func (c *Client) Ping() error {
 // Client). A server that cannot be flushed now (out for this client, or
 // failing) serves none of its values from before the flush when it is next
 // used (see invalLog), and no key is handed off from before it.
-func (c *Client) FlushAll() error {
+func (c *Client) FlushAll() (opErr error) {
+	defer c.done(OpFlushAll, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.each(func(g *Client) error { return g.FlushAll() })
 	}

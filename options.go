@@ -47,7 +47,8 @@ type options struct {
 	waitReady  bool
 	legacy     bool
 	family     string
-	discovery  string // the first discovery option given: NewClientFromList refuses it
+	discovery  string  // the first discovery option given: NewClientFromList refuses it
+	metrics    Metrics // see WithMetrics
 
 	client    clientOptions // the Client's, from client options
 	clientErr error         // a client option's bad value, reported by newOptions

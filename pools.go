@@ -156,6 +156,7 @@ func newPooled(c *Client, p Pool, own string, discover func(addr string) (*Serve
 	}
 	cfg := c.cfg
 	cfg.pool = Pool{}
+	cfg.metrics = forGroup(cfg.metrics)
 	pl := &pooled{Pool: p, list: c.list, cfg: cfg, seed: rand.Uint64(), outs: newOutCap(c.cfg.maxDown),
 		groups: map[string]*group{}, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	if p.kind == services {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -81,6 +82,7 @@ func (c *Client) recover(s *server) bool {
 		c.floorNow(s)
 	}
 	c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted, "invalidations", n)
+	c.reportBack(s, restarted)
 	c.refresh(time.Now()) // routed to before recover returns
 	c.signal()            // and the run loop's timer follows the new past ring
 	c.drain(s, standIns)
@@ -125,11 +127,18 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 func (c *Client) drainKeys(s *server, keys map[string]*server) {
 	work := make(chan string)
 	var wg sync.WaitGroup
+	var cleaned atomic.Int64
 	for range replayWorkers {
 		wg.Go(func() {
 			for k := range work {
-				if s.status() == up && c.ctx.Err() == nil {
-					c.clean(s, k, false) // its failure is observed there
+				if s.status() != up || c.ctx.Err() != nil {
+					continue
+				}
+				err := c.clean(s, k, false)
+				if f := failureOf(err); f != healthy {
+					c.observe(s, f, err)
+				} else {
+					cleaned.Add(1)
 				}
 			}
 		})
@@ -139,6 +148,7 @@ func (c *Client) drainKeys(s *server, keys map[string]*server) {
 	}
 	close(work)
 	wg.Wait()
+	c.reportReplay(s, int(cleaned.Load()))
 }
 
 // replayWorkers is how many keys a drain cleans at once.

@@ -55,6 +55,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/cespare/xxhash/v2"
@@ -87,6 +88,8 @@ type ServerList struct {
 	mu      sync.Mutex // serializes writers (SetServers and discovery)
 	points  int        // points per member; 0 means DefaultPointsPerServer
 	hashing Hashing    // how keys map to servers; fixed before the first servers
+	metrics Metrics    // nil for none; set before the first servers
+	service string     // "namespace/name" with discovery, for metrics
 
 	// Discovery, set by NewServerList.
 	subs     []chan<- struct{}        // told of every change (see subscribe); guarded by mu
@@ -156,10 +159,19 @@ func (ss *ServerList) SetServers(servers ...string) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := ss.update(ms); err != nil {
+	added, removed, err := ss.update(ms)
+	if err != nil {
 		return fmt.Errorf("selector: SetServers: %w", err)
 	}
+	ss.reportRing(added, removed, 0)
 	return nil
+}
+
+// reportRing tells the Metrics of a change of servers, if there was one.
+func (ss *ServerList) reportRing(added, removed []string, lag time.Duration) {
+	if ss.metrics != nil && (added != nil || removed != nil) {
+		ss.metrics.Ring(RingEvent{Service: ss.service, Servers: len(ss.Servers()), Added: len(added), Removed: len(removed), Lag: lag})
+	}
 }
 
 // update publishes a ring over ms and reports which server addresses it
@@ -329,9 +341,12 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 	if err != nil {
 		return nil, err
 	}
-	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{})}
-	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log,
-		publish: func(ms []member, draining []string) error { return ss.publish(ms, draining, log) }})
+	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{}),
+		metrics: o.metrics, service: t.namespace + "/" + t.service}
+	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log, metrics: o.metrics,
+		publish: func(ms []member, draining []string, lag time.Duration) error {
+			return ss.publish(ms, draining, lag, log)
+		}})
 
 	// The watch outlives ctx: it keeps ctx's values but not its cancellation
 	// or deadline, and stops on Close.
@@ -365,10 +380,11 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 	return ss, nil
 }
 
-// publish makes ms, from discovery, the servers, logs the change and signals
-// the change hook. The first set is always signalled, even if empty. A set
-// that update refuses is returned as an error.
-func (ss *ServerList) publish(ms []member, draining []string, log *slog.Logger) error {
+// publish makes ms, from discovery, the servers, logs and reports the
+// change (lag as RingEvent's) and signals the change hook. The first set is
+// always signalled, even if empty. A set that update refuses is returned as
+// an error.
+func (ss *ServerList) publish(ms []member, draining []string, lag time.Duration, log *slog.Logger) error {
 	added, removed, err := ss.update(ms)
 	if err != nil {
 		return err
@@ -379,6 +395,7 @@ func (ss *ServerList) publish(ms []member, draining []string, log *slog.Logger) 
 	n := len(ss.Servers())
 	if added != nil || removed != nil {
 		log.Info("servers changed", keyServers, n, keyAdded, added, keyRemoved, removed)
+		ss.reportRing(added, removed, lag)
 	}
 	if n > 0 {
 		select {
@@ -408,24 +425,6 @@ func (ss *ServerList) notify(ctx context.Context, f func([]net.Addr)) {
 			return
 		}
 	}
-}
-
-// Stats returns the state of discovery. On a ServerList not made by
-// NewServerList it has only the servers.
-func (ss *ServerList) Stats() Stats {
-	var s Stats
-	if ss.w != nil {
-		s = ss.w.stats.get()
-	}
-	s.Servers = ss.Servers()
-	return s
-}
-
-// HasSynced reports whether discovery has listed the Service's endpoints and
-// is watching them, as client-go's informers do: true from NewServerList's
-// return on. A ServerList not made by NewServerList is always synced.
-func (ss *ServerList) HasSynced() bool {
-	return ss.w == nil || ss.w.stats.get().Synced
 }
 
 // Close stops discovery and returns after its goroutines have exited. The

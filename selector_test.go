@@ -368,7 +368,7 @@ func TestStats(t *testing.T) {
 	var zero ServerList
 	require.True(t, zero.HasSynced())
 	require.NoError(t, zero.SetServers("10.0.0.1:11211"))
-	require.Equal(t, Stats{Servers: zero.Servers()}, zero.Stats())
+	require.Equal(t, Stats{Servers: zero.Servers(), Synced: true}, zero.Stats(), "synced, as HasSynced says")
 
 	f := newFakeAPI(t)
 	f.put(v4("memcache-a", ep("10.0.0.1")))

@@ -248,6 +248,11 @@ func (s *watchStream) close() { s.body.Close() }
 type objectMeta struct {
 	Name            string `json:"name"`
 	ResourceVersion string `json:"resourceVersion"`
+	Annotations     struct {
+		// When the controller saw the change that this version of the
+		// object reflects (RFC 3339), for RingEvent.Lag.
+		Trigger string `json:"endpoints.kubernetes.io/last-change-trigger-time"`
+	} `json:"annotations"`
 }
 
 type listMeta struct {

@@ -38,7 +38,10 @@ type watchConfig struct {
 	family  string // "IPv4", "IPv6" or "" for either
 	timing  timing
 	log     *slog.Logger
-	publish func(ms []member, draining []string) error // the members and draining addresses after a change, and after the first list
+	metrics Metrics // nil for none
+	// publish takes the members and draining addresses after a change, and
+	// after the first list; lag is RingEvent's.
+	publish func(ms []member, draining []string, lag time.Duration) error
 }
 
 // phase is where a watcher is in its life.
@@ -69,7 +72,8 @@ type watcher struct {
 	expiries  int // expired lists and watches in a row
 	notServed int // answers in a row that discovery.k8s.io/v1 is not served
 	published []member
-	drained   []string // the draining addresses published
+	drained   []string  // the draining addresses published
+	trigger   time.Time // the newest change trigger time of the slices changed since the last publish
 	backoff   backoff
 }
 
@@ -82,6 +86,7 @@ func newWatcher(c *client, cfg watchConfig) *watcher {
 		listRV:   "0", // the first list may come from the API server's cache
 		needList: true, backoff: backoff{timing: cfg.timing},
 	}
+	w.stats.m, w.stats.service = cfg.metrics, cfg.target.namespace+"/"+cfg.target.service
 	w.use(cfg.legacy)
 	return w
 }
@@ -153,7 +158,7 @@ func (w *watcher) run(ctx context.Context, ready chan<- error) {
 			err = w.watch(ctx, func() {
 				if w.phase == starting {
 					w.phase = synced
-					w.stats.update(func(st *Stats) { st.Synced = true })
+					w.stats.synced()
 					ready <- nil
 				}
 			})
@@ -394,6 +399,9 @@ func (w *watcher) apply(ev event, r request) (changed bool, err error) {
 			return had, nil
 		case !had || !slices.Equal(old, eps):
 			w.slices[name] = eps
+			if w.dec.trigger.After(w.trigger) {
+				w.trigger = w.dec.trigger
+			}
 			return true, nil
 		}
 	case "BOOKMARK":
@@ -432,6 +440,10 @@ func (w *watcher) warnFamily(all []member) {
 // and after every change. A set that publish refuses (too many members) is
 // logged, and the ring keeps the last set.
 func (w *watcher) recompute() {
+	var lag time.Duration
+	if !w.trigger.IsZero() {
+		lag, w.trigger = max(time.Since(w.trigger), 0), time.Time{}
+	}
 	all := union(w.slices, w.family)
 	w.warnFamily(all)
 	dr := draining(w.slices, w.family, all)
@@ -439,7 +451,7 @@ func (w *watcher) recompute() {
 		return
 	}
 	w.drained = dr
-	if err := w.publish(all, dr); err != nil {
+	if err := w.publish(all, dr, lag); err != nil {
 		w.log.Error("refusing the Service's endpoints; keeping the servers", keyError, err.Error(), keyServers, len(w.published))
 		return
 	}

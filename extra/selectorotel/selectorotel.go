@@ -1,0 +1,296 @@
+// Package selectorotel reports what a k8s-memcache-selector Client and
+// ServerList do through the OpenTelemetry metric API: it is a
+// selector.Metrics that records into instruments of a MeterProvider.
+//
+//	m, err := selectorotel.New(selectorotel.Options{MeterProvider: provider})
+//	if err != nil { ... }
+//	c, err := selector.NewClient(ctx, "memcache:11211", selector.WithMetrics(m))
+//
+// The instruments, named and with attributes as OpenTelemetry's semantic
+// conventions have them where there is one (the database client's
+// operation duration, server.address, error.type, k8s.*), and under
+// memcache.selector. otherwise:
+//
+//	db.client.operation.duration (s)                  Client operations: db.operation.name, memcache.selector.outcome, error.type on errors
+//	memcache.selector.keys ({key})                    keys read: db.operation.name, memcache.selector.result (hit, miss)
+//	memcache.selector.server.errors ({error})         server.address, server.port, error.type (timeout, unreachable, broken)
+//	memcache.selector.server.health_changes ({change})  server.*, memcache.selector.state (out, failing, up), memcache.selector.reason
+//	memcache.selector.invalidation.keys ({key})       server.*, memcache.selector.event (logged, replayed)
+//	memcache.selector.invalidation.overflows ({overflow})  server.*
+//	memcache.selector.server.flushes ({flush})        server.*
+//	memcache.selector.handoffs ({key})                memcache.selector.cause (read, replay), memcache.selector.result
+//	memcache.selector.ring.changes ({change})         k8s.namespace.name, k8s.service.name
+//	memcache.selector.ring.servers ({server})         gauge, by Service
+//	memcache.selector.ring.lag (s)                    from the EndpointSlice change to the ring change
+//	memcache.selector.discovery.events ({event})      k8s.*, memcache.selector.event (synced, relist, watch_restart, error, recovered)
+//	memcache.selector.discovery.synced (1)            gauge: 1 once the ServerList has synced
+//	memcache.selector.discovery.healthy (1)           gauge: 0 after a discovery error, 1 once the API server answers again
+//
+// Every instrument has db.system.name "memcached". A ServerList filled by
+// SetServers has no k8s attributes.
+package selectorotel
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ScopeName is the instrumentation scope of the instruments: the meter's name.
+const ScopeName = "github.com/kubecache/k8s-memcache-selector"
+
+// Options configures New. The zero value is the defaults.
+type Options struct {
+	// MeterProvider makes the instruments; default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// DurationBuckets advises db.client.operation.duration's bucket
+	// boundaries, in seconds; default DefaultDurationBuckets.
+	DurationBuckets []float64
+}
+
+// DefaultDurationBuckets are the default boundaries of
+// db.client.operation.duration: 100 µs to 2.5 s, finer than the semantic
+// conventions' advice for databases, as a memcached round trip is shorter.
+var DefaultDurationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// Metrics records a Client's and a ServerList's events into OpenTelemetry
+// instruments (see the package documentation).
+type Metrics struct {
+	selector.NopMetrics
+
+	duration, lag                                                                               metric.Float64Histogram
+	keys, serverErrors, health, invalidationKeys, overflows, flushes, handoffs, ring, discovery metric.Int64Counter
+	servers, synced, healthy                                                                    metric.Int64Gauge
+
+	// The attribute sets of the hot path, made once for each set of labels,
+	// as the slices a variadic call would otherwise allocate.
+	requestAttrs cache[reqKey, []metric.RecordOption]
+	keyAttrs     cache[reqKey, []metric.AddOption]
+	serverAttrs  cache[serverKey, []metric.AddOption]
+}
+
+var _ selector.Metrics = (*Metrics)(nil)
+
+type reqKey struct {
+	op      selector.Op
+	outcome selector.Outcome
+}
+
+type serverKey struct {
+	addr string
+	kind selector.Outcome
+}
+
+// The attributes.
+var (
+	system = attribute.String("db.system.name", "memcached")
+	opKey  = attribute.Key("db.operation.name")
+)
+
+const prefix = "memcache.selector."
+
+// New returns Metrics whose instruments come from o.MeterProvider.
+func New(o Options) (*Metrics, error) {
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
+	if o.DurationBuckets == nil {
+		o.DurationBuckets = DefaultDurationBuckets
+	}
+	meter := o.MeterProvider.Meter(ScopeName)
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(prefix+name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Int64Gauge {
+		g, err := meter.Int64Gauge(prefix+name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	m := &Metrics{}
+	var err error
+	m.duration, err = meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of Client operations."), metric.WithExplicitBucketBoundaries(o.DurationBuckets...))
+	errs = append(errs, err)
+	m.lag, err = meter.Float64Histogram(prefix+"ring.lag", metric.WithUnit("s"),
+		metric.WithDescription("From an EndpointSlice change (its last-change-trigger-time) to the ServerList's new ring."),
+		metric.WithExplicitBucketBoundaries(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60))
+	errs = append(errs, err)
+	m.keys = counter("keys", "{key}", "Keys read by Get, GetAndTouch and GetMulti, hit or miss.")
+	m.serverErrors = counter("server.errors", "{error}", "Requests to a server that failed for the server's reason.")
+	m.health = counter("server.health_changes", "{change}", "A server out for a Client, failing but kept in by the cap on servers out, or up again.")
+	m.invalidationKeys = counter("invalidation.keys", "{key}", "Keys logged for deletion at a server that missed their write, and deleted when it returned.")
+	m.overflows = counter("invalidation.overflows", "{overflow}", "Invalidation logs that overflowed: the server is flushed when it returns.")
+	m.flushes = counter("server.flushes", "{flush}", "Servers flushed when they returned, their invalidation log having overflowed.")
+	m.handoffs = counter("handoffs", "{key}", "Keys copied to their new server from where they were.")
+	m.ring = counter("ring.changes", "{change}", "Changes of a ServerList's servers.")
+	m.discovery = counter("discovery.events", "{event}", "A ServerList's discovery: synced, relist, watch_restart, error, recovered.")
+	m.servers = gauge("ring.servers", "{server}", "A ServerList's servers.")
+	m.synced = gauge("discovery.synced", "1", "1 once a ServerList has listed its Service's endpoints and is watching them.")
+	m.healthy = gauge("discovery.healthy", "1", "0 after a discovery error, 1 once the API server answers again.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Request implements selector.Metrics.
+func (m *Metrics) Request(e selector.RequestEvent) {
+	ctx := context.Background()
+	m.duration.Record(ctx, e.Duration.Seconds(), m.requestAttrs.get(reqKey{e.Op, e.Outcome}, func(k reqKey) []metric.RecordOption {
+		kvs := []attribute.KeyValue{system, opKey.String(string(k.op)), attribute.String(prefix+"outcome", string(k.outcome))}
+		if isError(k.outcome) {
+			kvs = append(kvs, attribute.String("error.type", string(k.outcome)))
+		}
+		return []metric.RecordOption{metric.WithAttributes(kvs...)}
+	})...)
+	if e.Hits > 0 {
+		m.keys.Add(ctx, int64(e.Hits), m.keyOpts(e.Op, "hit")...)
+	}
+	if e.Misses > 0 {
+		m.keys.Add(ctx, int64(e.Misses), m.keyOpts(e.Op, "miss")...)
+	}
+}
+
+func (m *Metrics) keyOpts(op selector.Op, result selector.Outcome) []metric.AddOption {
+	return m.keyAttrs.get(reqKey{op, result}, func(k reqKey) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributes(system, opKey.String(string(k.op)), attribute.String(prefix+"result", string(k.outcome)))}
+	})
+}
+
+// isError reports whether an outcome is an error, not one of memcached's
+// answers (a miss, not stored, a CAS conflict) or a success.
+func isError(o selector.Outcome) bool {
+	switch o {
+	case selector.OutcomeOK, selector.OutcomeHit, selector.OutcomeMiss, selector.OutcomeNotStored, selector.OutcomeCASConflict:
+		return false
+	}
+	return true
+}
+
+// ServerError implements selector.Metrics.
+func (m *Metrics) ServerError(e selector.ServerErrorEvent) {
+	m.serverErrors.Add(context.Background(), 1, m.serverAttrs.get(serverKey{e.Addr, e.Kind}, func(k serverKey) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributes(append(serverKVs(k.addr), attribute.String("error.type", string(k.kind)))...)}
+	})...)
+}
+
+// serverKVs returns the attributes of a server at addr, host:port.
+func serverKVs(addr string) []attribute.KeyValue {
+	kvs := []attribute.KeyValue{system}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil { // a Unix socket
+		return append(kvs, attribute.String("server.address", addr))
+	}
+	kvs = append(kvs, attribute.String("server.address", host))
+	if p, err := strconv.Atoi(port); err == nil {
+		kvs = append(kvs, attribute.Int("server.port", p))
+	}
+	return kvs
+}
+
+// ServerHealth implements selector.Metrics.
+func (m *Metrics) ServerHealth(e selector.HealthEvent) {
+	m.health.Add(context.Background(), 1, metric.WithAttributes(append(serverKVs(e.Addr),
+		attribute.String(prefix+"state", string(e.State)), attribute.String(prefix+"reason", e.Reason))...))
+}
+
+// Invalidation implements selector.Metrics.
+func (m *Metrics) Invalidation(e selector.InvalidationEvent) {
+	ctx, kvs := context.Background(), serverKVs(e.Addr)
+	switch e.Kind {
+	case selector.InvalidationLogged, selector.InvalidationReplayed:
+		m.invalidationKeys.Add(ctx, int64(e.Keys), metric.WithAttributes(append(kvs, attribute.String(prefix+"event", string(e.Kind)))...))
+	case selector.InvalidationOverflowed:
+		m.overflows.Add(ctx, 1, metric.WithAttributes(kvs...))
+	case selector.InvalidationFlushed:
+		m.flushes.Add(ctx, 1, metric.WithAttributes(kvs...))
+	}
+}
+
+// Handoff implements selector.Metrics.
+func (m *Metrics) Handoff(e selector.HandoffEvent) {
+	m.handoffs.Add(context.Background(), 1, metric.WithAttributes(system,
+		attribute.String(prefix+"cause", string(e.Cause)), attribute.String(prefix+"result", string(e.Result))))
+}
+
+// serviceKVs returns the attributes of a ServerList's Service,
+// "namespace/name", or none for "".
+func serviceKVs(service string, more ...attribute.KeyValue) metric.MeasurementOption {
+	kvs := []attribute.KeyValue{system}
+	if ns, name, ok := strings.Cut(service, "/"); ok {
+		kvs = append(kvs, attribute.String("k8s.namespace.name", ns), attribute.String("k8s.service.name", name))
+	}
+	return metric.WithAttributes(append(kvs, more...)...)
+}
+
+// Ring implements selector.Metrics.
+func (m *Metrics) Ring(e selector.RingEvent) {
+	ctx, attrs := context.Background(), serviceKVs(e.Service)
+	m.ring.Add(ctx, 1, attrs)
+	m.servers.Record(ctx, int64(e.Servers), attrs)
+	if e.Lag > 0 {
+		m.lag.Record(ctx, e.Lag.Seconds(), attrs)
+	}
+}
+
+// Discovery implements selector.Metrics.
+func (m *Metrics) Discovery(e selector.DiscoveryEvent) {
+	ctx, attrs := context.Background(), serviceKVs(e.Service)
+	m.discovery.Add(ctx, 1, serviceKVs(e.Service, attribute.String(prefix+"event", string(e.Kind))))
+	switch e.Kind {
+	case selector.DiscoverySynced:
+		m.synced.Record(ctx, 1, attrs)
+		m.healthy.Record(ctx, 1, attrs)
+	case selector.DiscoveryRecovered:
+		m.healthy.Record(ctx, 1, attrs)
+	case selector.DiscoveryError:
+		m.healthy.Record(ctx, 0, attrs)
+	}
+}
+
+// cache holds the attributes of each set of labels seen, so that the hot
+// path (Request, ServerError) reads a map instead of building an attribute
+// set a call. It is copied on write: a new set of labels is rare, a read
+// is every request.
+type cache[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+func (c *cache[K, V]) get(k K, create func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	m := make(map[K]V, 1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	v := create(k)
+	m[k] = v
+	c.m.Store(&m)
+	return v
+}

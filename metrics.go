@@ -1,0 +1,237 @@
+package selector
+
+import "time"
+
+// This file is the library's metrics interface: what a Client and a
+// ServerList report, as values an adapter turns into counters, histograms
+// and gauges. The root module depends on no metrics library; adapters for
+// OpenTelemetry and Prometheus are the modules extra/selectorotel and
+// extra/selectorprometheus of this repository.
+
+// Metrics receives what a Client and a ServerList do. Set it with
+// WithMetrics, or SetMetrics on a ServerList for SetServers; without one
+// nothing is measured, and nothing is paid: no clock is read.
+//
+// The methods are called synchronously by the goroutine doing the work,
+// Request on every Client operation, and some with the Client's or the
+// ServerList's lock held: they must be fast, safe for concurrent use, and
+// must not call back into the Client or ServerList. Counting into atomics,
+// as the adapters' instruments do, is the intended use. The events are
+// values and hold nothing that the method may not keep.
+//
+// Stability: an implementation must embed NopMetrics. Methods are added to
+// Metrics only so, with NopMetrics giving them a do-nothing default, and the
+// events may gain fields; no other change is made to it before a new major
+// version. A type that implements every method itself, without embedding
+// NopMetrics, may stop compiling in a minor release.
+type Metrics interface {
+	// Request reports a Client operation (Get, Set, GetMulti, ...) that
+	// returned: once per call, whatever it took inside (failover, handoff,
+	// the groups of a pool).
+	Request(RequestEvent)
+	// ServerError reports a request to one server that failed for the
+	// server's reason (it timed out, could not be reached, broke the
+	// connection), whether or not the operation then succeeded elsewhere.
+	ServerError(ServerErrorEvent)
+	// ServerHealth reports a server going out for a Client, failing but
+	// kept in by WithFailover's cap on servers out, and coming back.
+	ServerHealth(HealthEvent)
+	// Invalidation reports the keys a Client logs for deletion at a server
+	// that missed their write, and their replay when it returns.
+	Invalidation(InvalidationEvent)
+	// Handoff reports a key copied to its new server from where it was
+	// (after a change of servers, or back to a server that returned).
+	Handoff(HandoffEvent)
+	// Ring reports a ServerList's new set of servers.
+	Ring(RingEvent)
+	// Discovery reports the state of a ServerList's list and watch.
+	Discovery(DiscoveryEvent)
+}
+
+// NopMetrics implements Metrics with methods that do nothing. Embed it in
+// an implementation (see Metrics), so that a method added later has a
+// default; override the methods you want.
+type NopMetrics struct{}
+
+func (NopMetrics) Request(RequestEvent)           {}
+func (NopMetrics) ServerError(ServerErrorEvent)   {}
+func (NopMetrics) ServerHealth(HealthEvent)       {}
+func (NopMetrics) Invalidation(InvalidationEvent) {}
+func (NopMetrics) Handoff(HandoffEvent)           {}
+func (NopMetrics) Ring(RingEvent)                 {}
+func (NopMetrics) Discovery(DiscoveryEvent)       {}
+
+// WithMetrics makes a Client, or a ServerList from NewServerList, report
+// to m (see Metrics). NewClient's ServerList reports to m too; a Client
+// from NewClientFromList reports its own work only, and its list what
+// the list was given. nil means none, as without the option.
+func WithMetrics(m Metrics) Option {
+	return func(o *options) { o.metrics, o.client.metrics = m, m }
+}
+
+// SetMetrics makes a ServerList that has no discovery, as for SetServers,
+// report its changes of servers to m. Call it before the ServerList is
+// shared with other goroutines; a ServerList from NewServerList takes
+// WithMetrics.
+func (ss *ServerList) SetMetrics(m Metrics) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.metrics = m
+}
+
+// An Op is a Client operation, in snake case, as metric labels want it.
+type Op string
+
+// The Client's operations. DeleteAll is reported as OpFlushAll, which it is.
+const (
+	OpGet            Op = "get"
+	OpGetAndTouch    Op = "get_and_touch"
+	OpGetMulti       Op = "get_multi"
+	OpSet            Op = "set"
+	OpAdd            Op = "add"
+	OpReplace        Op = "replace"
+	OpAppend         Op = "append"
+	OpPrepend        Op = "prepend"
+	OpCompareAndSwap Op = "compare_and_swap"
+	OpDelete         Op = "delete"
+	OpTouch          Op = "touch"
+	OpIncrement      Op = "increment"
+	OpDecrement      Op = "decrement"
+	OpPing           Op = "ping"
+	OpFlushAll       Op = "flush_all"
+)
+
+// An Outcome is how an operation, or a request to one server, ended: a
+// success (OutcomeOK, or for a read OutcomeHit), an answer of memcached's
+// that is not a fault (a miss, not stored, a CAS conflict), or an error of
+// some kind.
+type Outcome string
+
+const (
+	OutcomeOK           Outcome = "ok"            // a write, delete or other operation succeeded
+	OutcomeHit          Outcome = "hit"           // a Get or GetAndTouch found the key; a GetMulti returned without error
+	OutcomeMiss         Outcome = "miss"          // memcache.ErrCacheMiss
+	OutcomeNotStored    Outcome = "not_stored"    // memcache.ErrNotStored: Add of a key present, Replace of one absent
+	OutcomeCASConflict  Outcome = "cas_conflict"  // memcache.ErrCASConflict
+	OutcomeMalformedKey Outcome = "malformed_key" // memcache.ErrMalformedKey
+	OutcomeNoServers    Outcome = "no_servers"    // ErrNoServers
+	OutcomeTimeout      Outcome = "timeout"       // no reply in time
+	OutcomeUnreachable  Outcome = "unreachable"   // the connection could not be made
+	OutcomeBroken       Outcome = "broken"        // the connection broke
+	OutcomeServerError  Outcome = "server_error"  // memcached answered with an error
+	OutcomeError        Outcome = "error"         // any other error, such as ErrPoolCAS
+)
+
+// RequestEvent is a Client operation that returned.
+type RequestEvent struct {
+	Op       Op
+	Outcome  Outcome
+	Duration time.Duration
+	// Hits and Misses are the keys a read found and did not find (or did not
+	// read, for an error): 1 and 0, or 0 and 1, for Get and GetAndTouch; any
+	// for GetMulti; 0 for the other operations.
+	Hits, Misses int
+}
+
+// ServerErrorEvent is a request to one server that failed for the server's
+// reason.
+type ServerErrorEvent struct {
+	Addr string  // the server's address, host:port
+	Kind Outcome // OutcomeTimeout, OutcomeUnreachable or OutcomeBroken
+}
+
+// A ServerState is what a HealthEvent says a server became for a Client.
+type ServerState string
+
+const (
+	ServerOut     ServerState = "out"     // out for this client: its keys go to the next server
+	ServerFailing ServerState = "failing" // failing, but kept in: as many servers are out as WithFailover allows
+	ServerUp      ServerState = "up"      // back in, or no longer failing
+)
+
+// HealthEvent is a change of a server's health for a Client.
+type HealthEvent struct {
+	Addr  string
+	State ServerState
+	// Reason is why: for ServerOut and ServerFailing the Outcome of the
+	// error ("timeout", "unreachable"), or "replay_failed" (it answered, but
+	// deleting its invalidations failed: it stays out); for ServerUp
+	// "probe" (it answered a probe, and its invalidations were replayed),
+	// "restarted" (it answered, and restarted empty: nothing to replay) or
+	// "answered" (a server kept in answered a request).
+	Reason string
+}
+
+// An InvalidationKind is what an InvalidationEvent reports.
+type InvalidationKind string
+
+const (
+	InvalidationLogged     InvalidationKind = "logged"     // keys were logged: the server missed their write or delete
+	InvalidationOverflowed InvalidationKind = "overflowed" // the log overflowed: the server will be flushed instead
+	InvalidationReplayed   InvalidationKind = "replayed"   // the server returned, and its logged keys were deleted there
+	InvalidationFlushed    InvalidationKind = "flushed"    // the server returned, and was flushed (its log had overflowed)
+)
+
+// InvalidationEvent is a change of a server's invalidation log.
+type InvalidationEvent struct {
+	Addr string
+	Kind InvalidationKind
+	Keys int // the keys logged or replayed; 0 for overflowed and flushed
+}
+
+// A HandoffResult is how a copy of a key to its new server ended.
+type HandoffResult string
+
+const (
+	HandoffCopied  HandoffResult = "copied"  // added at the new server, and deleted where it was: a move
+	HandoffPresent HandoffResult = "present" // the new server had the key already; where it was keeps it
+	HandoffUndone  HandoffResult = "undone"  // a write or delete raced with the copy, which was taken back
+	HandoffFailed  HandoffResult = "failed"  // the new server failed; where it was keeps it
+)
+
+// A HandoffCause is why a key was copied.
+type HandoffCause string
+
+const (
+	HandoffRead   HandoffCause = "read"   // a read missed at the key's new server after a change of servers, and found it where it was
+	HandoffReplay HandoffCause = "replay" // a server returned, and a key written while it was out moved back to it
+)
+
+// HandoffEvent is a key copied from one server to another.
+type HandoffEvent struct {
+	From, To string
+	Cause    HandoffCause
+	Result   HandoffResult
+}
+
+// RingEvent is a ServerList's new set of servers.
+type RingEvent struct {
+	Service string // "namespace/name" for NewServerList, "" for SetServers
+	Servers int    // the servers now
+	Added   int
+	Removed int
+	// Lag is how long after Kubernetes saw the change the ServerList
+	// published it: from the newest endpoints.kubernetes.io/last-change-trigger-time
+	// of the EndpointSlices that changed, as kube-proxy measures its
+	// programming latency. 0 where it is not known: SetServers, the lists,
+	// slices without the annotation.
+	Lag time.Duration
+}
+
+// A DiscoveryKind is what a DiscoveryEvent reports.
+type DiscoveryKind string
+
+const (
+	DiscoverySynced       DiscoveryKind = "synced"        // listed, and watching: HasSynced is true from now on
+	DiscoveryRelist       DiscoveryKind = "relist"        // a LIST after the first
+	DiscoveryWatchRestart DiscoveryKind = "watch_restart" // a WATCH after the first
+	DiscoveryError        DiscoveryKind = "error"         // a LIST or WATCH failed; the servers stay as they were
+	DiscoveryRecovered    DiscoveryKind = "recovered"     // the API server answered after an error
+)
+
+// DiscoveryEvent is a change of the state of a ServerList's discovery.
+type DiscoveryEvent struct {
+	Service string // "namespace/name"
+	Kind    DiscoveryKind
+	Err     error // for DiscoveryError; an *APIError when the API server answered with one
+}

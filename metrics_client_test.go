@@ -1,0 +1,255 @@
+package selector
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// minAllocs is the fewest allocations f made a run in 3 rounds: the
+// counts are of every goroutine, and a round may catch another's.
+func minAllocs(f func()) float64 {
+	n := testing.AllocsPerRun(300, f)
+	for range 2 {
+		n = min(n, testing.AllocsPerRun(300, f))
+	}
+	return n
+}
+
+// The Client's hot path allocates no more with metrics than without: the
+// reporting itself allocates nothing, with a counting Metrics on.
+func TestMetricsAllocs(t *testing.T) {
+	ms := startMemcached(t, 1)
+	off, _ := newTestClient(t, addrsOf(ms), WithTimeout(5*time.Second))
+	var m countMetrics
+	on, _ := newTestClient(t, addrsOf(ms), WithTimeout(5*time.Second), WithMetrics(&m))
+	it := &memcache.Item{Key: "alloc-key", Value: []byte("value")}
+	require.NoError(t, off.Set(it))
+	gm := memcache.New(ms[0].addr)
+	for _, tc := range []struct {
+		name string
+		op   func(c *Client)
+		raw  func()
+	}{
+		{"Get hit", func(c *Client) { c.Get("alloc-key") }, func() { gm.Get("alloc-key") }},
+		{"Get miss", func(c *Client) { c.Get("alloc-absent") }, func() { gm.Get("alloc-absent") }},
+		{"Set", func(c *Client) { c.Set(it) }, func() { gm.Set(it) }},
+	} {
+		raw := minAllocs(tc.raw)
+		a := minAllocs(func() { tc.op(off) })
+		b := minAllocs(func() { tc.op(on) })
+		t.Logf("%s: gomemcache %v, without metrics %v, with %v allocs", tc.name, raw, a, b)
+		if !raceEnabled { // see raceEnabled
+			require.Equal(t, a, b, "%s: allocs with metrics", tc.name)
+		}
+	}
+	require.NotZero(t, m.requests.Load())
+
+	var err error = memcache.ErrCacheMiss
+	s := on.rt.Load().owner(on.hash("k"))
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		on.done(OpGet, on.begin(), &err)
+		on.reportFailure(s, timedOut)
+	}), "reporting allocates")
+}
+
+// requestsOf returns the Request events so far.
+func (m *recMetrics) requestsOf() (rs []RequestEvent) {
+	m.read(func(m *recMetrics) { rs = slices.Clone(m.requests) })
+	for i := range rs {
+		rs[i].Duration = 0 // not comparable
+	}
+	return rs
+}
+
+func (m *recMetrics) healthOf(addr string) (hs []HealthEvent) {
+	m.read(func(m *recMetrics) {
+		for _, h := range m.health {
+			if h.Addr == addr {
+				hs = append(hs, h)
+			}
+		}
+	})
+	return hs
+}
+
+// A Client over real memcached reports its operations, with their
+// outcomes and keys; a server that dies, with its errors; the keys written
+// while it is out, their replay, the keys moved back, and its return.
+func TestMetricsClient(t *testing.T) {
+	ms := startMemcached(t, 2)
+	var m recMetrics
+	c, ss := newTestClient(t, addrsOf(ms), WithMetrics(&m))
+	keys0 := keysOf(t, ss, ms[0].addr, 5)
+	keys1 := keysOf(t, ss, ms[1].addr, 2)
+
+	start := time.Now()
+	require.NoError(t, c.Set(&memcache.Item{Key: keys1[0], Value: []byte("v")}))
+	_, err := c.Get(keys1[0])
+	require.NoError(t, err)
+	_, err = c.Get(keys1[1])
+	require.ErrorIs(t, err, memcache.ErrCacheMiss)
+	require.ErrorIs(t, c.Add(&memcache.Item{Key: keys1[0], Value: []byte("v")}), memcache.ErrNotStored)
+	_, err = c.Get("a bad key")
+	require.ErrorIs(t, err, memcache.ErrMalformedKey)
+	require.NoError(t, c.Delete(keys1[0]))
+	took := time.Since(start)
+	require.Equal(t, []RequestEvent{
+		{Op: OpSet, Outcome: OutcomeOK},
+		{Op: OpGet, Outcome: OutcomeHit, Hits: 1},
+		{Op: OpGet, Outcome: OutcomeMiss, Misses: 1},
+		{Op: OpAdd, Outcome: OutcomeNotStored},
+		{Op: OpGet, Outcome: OutcomeMalformedKey, Misses: 1},
+		{Op: OpDelete, Outcome: OutcomeOK},
+	}, m.requestsOf())
+	m.read(func(m *recMetrics) {
+		var sum time.Duration
+		for _, r := range m.requests {
+			require.Positive(t, r.Duration)
+			sum += r.Duration
+		}
+		require.LessOrEqual(t, sum, took)
+	})
+
+	ms[0].kill()
+	_, err = c.Get(keys0[0]) // fails over: a miss at ms[1]
+	require.ErrorIs(t, err, memcache.ErrCacheMiss)
+	m.read(func(m *recMetrics) {
+		require.Equal(t, []ServerErrorEvent{{Addr: ms[0].addr, Kind: OutcomeUnreachable}}, m.serverErrs)
+	})
+	require.Equal(t, RequestEvent{Op: OpGet, Outcome: OutcomeMiss, Misses: 1}, m.requestsOf()[6])
+	require.Equal(t, []HealthEvent{{Addr: ms[0].addr, State: ServerOut, Reason: "unreachable"}}, m.healthOf(ms[0].addr))
+	for _, k := range keys0[1:4] {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+	}
+	m.read(func(m *recMetrics) {
+		require.Equal(t, []InvalidationEvent{
+			{Addr: ms[0].addr, Kind: InvalidationLogged, Keys: 1},
+			{Addr: ms[0].addr, Kind: InvalidationLogged, Keys: 1},
+			{Addr: ms[0].addr, Kind: InvalidationLogged, Keys: 1},
+		}, m.invalidation)
+	})
+
+	ms[0].restart()
+	eventually(t, "the server back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	require.Equal(t, []HealthEvent{{Addr: ms[0].addr, State: ServerOut, Reason: "unreachable"}, {Addr: ms[0].addr, State: ServerUp, Reason: "probe"}},
+		m.healthOf(ms[0].addr))
+	// Its logged keys are deleted in the background once it is back.
+	eventually(t, "the replay", func() bool {
+		n := 0
+		m.read(func(m *recMetrics) { n = len(m.invalidation) })
+		return n > 3
+	})
+	m.read(func(m *recMetrics) {
+		require.Equal(t, InvalidationEvent{Addr: ms[0].addr, Kind: InvalidationReplayed, Keys: 3}, m.invalidation[3])
+	})
+
+	items, err := c.GetMulti(append(slices.Clone(keys0[1:4]), keys1[1]))
+	require.NoError(t, err)
+	require.Len(t, items, 3)
+	rs := m.requestsOf()
+	require.Equal(t, RequestEvent{Op: OpGetMulti, Outcome: OutcomeHit, Hits: 3, Misses: 1}, rs[len(rs)-1])
+}
+
+// A read that misses at a key's new server and finds it where it was
+// reports the copy.
+func TestMetricsHandoff(t *testing.T) {
+	ms := startMemcached(t, 3)
+	var m recMetrics
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMetrics(&m))
+	var keys []string
+	for i := range 100 {
+		keys = append(keys, fmt.Sprint("h", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	moved := 0
+	for _, k := range keys {
+		if a, _ := ss.PickServer(k); a.String() == ms[2].addr {
+			moved++
+			_, err := c.Get(k)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, moved)
+	m.read(func(m *recMetrics) {
+		require.Len(t, m.handoffs, moved)
+		for _, h := range m.handoffs {
+			require.Equal(t, ms[2].addr, h.To)
+			require.Equal(t, HandoffRead, h.Cause)
+			require.Equal(t, HandoffCopied, h.Result)
+		}
+		require.Empty(t, m.rings, "a Client from NewClientFromList reports its own work, not its list's changes")
+	})
+}
+
+// A server that fails while the cap on servers out keeps it in is reported
+// failing once, and up when it answers.
+func TestMetricsKeptIn(t *testing.T) {
+	ms := startMemcached(t, 2)
+	var m recMetrics
+	c, ss := newTestClient(t, addrsOf(ms), WithMetrics(&m), WithTimeout(50*time.Millisecond))
+	for _, ms := range ms { // hung: soft failures, which the cap counts
+		ms.signal(syscall.SIGSTOP)
+	}
+	for i := range 30 {
+		c.Get(fmt.Sprint("k", i))
+	}
+	kept := ""
+	for _, s := range c.Stats().Servers {
+		if s.State == "failing" {
+			kept = s.Addr
+		}
+	}
+	require.NotEmpty(t, kept, "a server failing, kept in: %+v", c.Stats())
+	require.Equal(t, []HealthEvent{{Addr: kept, State: ServerFailing, Reason: "timeout"}}, m.healthOf(kept))
+	for _, ms := range ms {
+		ms.signal(syscall.SIGCONT)
+	}
+	require.NoError(t, c.Set(&memcache.Item{Key: keysOf(t, ss, kept, 1)[0], Value: []byte("v")}))
+	require.Equal(t, []HealthEvent{{Addr: kept, State: ServerFailing, Reason: "timeout"}, {Addr: kept, State: ServerUp, Reason: "answered"}},
+		m.healthOf(kept))
+}
+
+// A pool reports each operation once, not once a group too.
+func TestMetricsPool(t *testing.T) {
+	ms := startMemcached(t, 2)
+	var m recMetrics
+	members, err := staticMembers(addrsOf(ms))
+	require.NoError(t, err)
+	ss := new(ServerList)
+	_, _, err = ss.update(members)
+	require.NoError(t, err)
+	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithPool(Replicated()), WithMetrics(&m))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Set(&memcache.Item{Key: "k", Value: []byte("v")}))
+	_, err = c.Get("k")
+	require.NoError(t, err)
+	require.Equal(t, []RequestEvent{{Op: OpSet, Outcome: OutcomeOK}, {Op: OpGet, Outcome: OutcomeHit, Hits: 1}}, m.requestsOf())
+}
+
+// BenchmarkReport is the cost of reporting one operation, without metrics
+// (a nil test) and with countMetrics (two clock reads and the counting).
+func BenchmarkReport(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		m    Metrics
+	}{{"metrics=off", nil}, {"metrics=count", &countMetrics{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := &Client{cfg: clientOptions{metrics: tc.m}}
+			var err error = memcache.ErrCacheMiss
+			b.ReportAllocs()
+			for b.Loop() {
+				c.done(OpGet, c.begin(), &err)
+			}
+		})
+	}
+}
