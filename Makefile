@@ -23,7 +23,7 @@ EXTRA_MODULES = extra/selectorotel extra/selectorprometheus
 
 unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -run '^TestMetricsAllocs$$' .
+	$(GO) test -count=1 -run '^Test(Metrics|Client)Allocs$$' .
 	for m in $(EXTRA_MODULES); do (cd $$m && SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...) || exit 1; done
 	cd examples && $(GO) build ./...
 
