@@ -146,16 +146,17 @@ func ExampleServerList_Stats() {
 //
 // Here against a stand-in for a cluster that the example starts: an API
 // server as kubectl proxy serves it, and three memcached pods on this
-// machine. In a pod, NewClient needs neither WithAPIServer nor
-// WithDialContext.
+// machine. In a pod, NewClient needs none of the stand-in's three
+// options: its API server, the way to its pods, and a timeout (500 ms by
+// default) that a busy test machine cannot miss.
 func ExampleNewClient() {
 	k := startCluster(3, "memcache-headless")
 	defer k.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := selector.NewClient(ctx, "memcache-headless:11211", selector.WithTimeout(200*time.Millisecond),
-		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial))
+	c, err := selector.NewClient(ctx, "memcache-headless:11211",
+		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial), selector.WithTimeout(5*time.Second))
 	if err != nil {
 		log.Fatalf("discovering memcached: %v", err)
 	}
@@ -194,7 +195,7 @@ func ExampleNewClientFromList() {
 	if err := ss.SetServers(servers...); err != nil {
 		log.Fatal(err)
 	}
-	c, err := selector.NewClientFromList(&ss)
+	c, err := selector.NewClientFromList(&ss, selector.WithTimeout(5*time.Second)) // 500 ms by default; here, room for a busy test machine
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -225,8 +226,9 @@ func ExampleNewClientFromList() {
 //
 // Here against a stand-in for a cluster that the example starts: an API
 // server and six memcached pods on this machine, two in each of three
-// zones. In a pod, NewClient needs neither WithAPIServer nor
-// WithDialContext.
+// zones. In a pod, NewClient needs none of the stand-in's three
+// options: its API server, the way to its pods, and a timeout (500 ms by
+// default) that a busy test machine cannot miss.
 func ExampleByZone() {
 	k := startCluster(6, "memcache-headless")
 	defer k.Close()
@@ -237,7 +239,7 @@ func ExampleByZone() {
 	// pod's manifest sets (examples/kubernetes/app.yaml); here it is given.
 	c, err := selector.NewClient(ctx, "memcache-headless:11211",
 		selector.WithPool(selector.ByZone("zone-a").WithMissFailover()),
-		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial))
+		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial), selector.WithTimeout(5*time.Second))
 	if err != nil {
 		log.Fatalf("discovering memcached: %v", err)
 	}
@@ -254,7 +256,9 @@ func ExampleByZone() {
 //
 // Here against a stand-in for a cluster that the example starts: an API
 // server and three Services of two memcached pods each, on this machine.
-// In a pod, NewClient needs neither WithAPIServer nor WithDialContext.
+// In a pod, NewClient needs none of the stand-in's three options: its API
+// server, the way to its pods, and a timeout (500 ms by default) that a
+// busy test machine cannot miss.
 func ExampleAcrossServices() {
 	k := startCluster(2, "memcache-zone-a", "memcache-zone-b", "memcache-zone-c")
 	defer k.Close()
@@ -270,7 +274,7 @@ func ExampleAcrossServices() {
 	defer cancel()
 	c, err := selector.NewClient(ctx, "memcache-"+zone+":11211",
 		selector.WithPool(selector.AcrossServices(others...)),
-		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial))
+		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial), selector.WithTimeout(5*time.Second))
 	if err != nil {
 		log.Fatalf("discovering memcached: %v", err)
 	}
@@ -303,7 +307,9 @@ func ExampleKetama() {
 //
 // Here against a stand-in for a cluster that the example starts: an API
 // server and three StatefulSet pods on this machine. In a pod, NewClient
-// needs neither WithAPIServer nor WithDialContext.
+// needs none of the stand-in's three options: its API server, the way to
+// its pods, and a timeout (500 ms by default) that a busy test machine
+// cannot miss.
 func ExampleCh3() {
 	k := startCluster(3, "memcache-headless")
 	defer k.Close()
@@ -311,7 +317,7 @@ func ExampleCh3() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := selector.NewClient(ctx, "memcache-headless:11211", selector.WithHashing(selector.Ch3()),
-		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial))
+		selector.WithAPIServer(k.URL), selector.WithDialContext(k.Dial), selector.WithTimeout(5*time.Second))
 	if err != nil {
 		log.Fatalf("discovering memcached: %v", err)
 	}
