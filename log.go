@@ -13,8 +13,9 @@ import (
 
 // This file is the ServerList's log. The library logs leveled records with
 // attributes (service, namespace, servers, added, removed, error) to a
-// slog.Handler; a Logger, the seed library's interface, gets them through an
-// adapter as one formatted line each. Errors are rate limited by message.
+// slog.Handler; a Logger, the interface of github.com/castai/k8s-memcache-selector
+// that this package keeps, gets them through an adapter as one formatted
+// line each. Errors are rate limited by message.
 
 // Logger receives the ServerList's logs as formatted lines: errors and
 // warnings through Errorf, the rest through Infof. A Logger that also has

@@ -21,8 +21,11 @@
 // one. Only ready endpoints are members; terminating pods leave the ring as
 // soon as Kubernetes marks them.
 //
-// The Service's namespace needs a Role with list and watch on endpointslices
-// in the discovery.k8s.io group (see the README for the manifest).
+// The application's service account needs a Role in the Service's namespace
+// with list and watch on endpointslices in the discovery.k8s.io group (and,
+// for clusters without discovery.k8s.io/v1 only, get, list and watch on
+// endpoints in the core group): examples/kubernetes/rbac.yaml in this
+// module's repository is that Role, its ServiceAccount and RoleBinding.
 //
 // # Hashing
 //
@@ -34,6 +37,13 @@
 // a new IP keeps its keys; other endpoints, and pods that share a hostname,
 // are identified by pod name, or by IP and port. Every process that sees the
 // same members routes every key to the same server.
+//
+// # Compatibility
+//
+// Every client of a cache must map keys alike. The mappings (this ring,
+// [Ketama] and [Ch3]) are pinned by golden vectors in the tests; a release
+// that changes one is a breaking change, and its CHANGELOG.md says so. The
+// module is not yet at 1.0 (see docs/stability.md in its repository).
 //
 // # Logs and state
 //

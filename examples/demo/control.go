@@ -36,8 +36,8 @@ func (c control) do(path string) (string, error) {
 }
 
 // serversInAPIOrder returns the ready addresses of the Service's pods in the
-// order the API lists them: how the seed library filled its
-// memcache.ServerList. It lists the EndpointSlices itself, with the same
+// order the API lists them: how github.com/castai/k8s-memcache-selector,
+// which this library replaces, filled its memcache.ServerList. It lists the EndpointSlices itself, with the same
 // ServiceAccount, until it finds want addresses.
 func serversInAPIOrder(c config, want int) ([]string, error) {
 	eps, err := readyEndpoints(c, want)

@@ -125,7 +125,8 @@ func run(c config) error {
 		return err
 	}
 	// For comparison: memcache.ServerList, crc32(key) % N over the pods in
-	// the order the API lists them, as the seed library used it.
+	// the order the API lists them, as castai/k8s-memcache-selector (the
+	// library this one replaces) used it.
 	var modulo memcache.ServerList
 	if err := setServersInAPIOrder(&modulo, c, pods); err != nil {
 		return err
@@ -135,7 +136,7 @@ func run(c config) error {
 		return err
 	}
 	out.say("The same keys also went through memcache.ServerList (modulo hashing, crc32(key) %% %d over", pods)
-	out.say("the pods in API order, as the seed library used it), under the prefix modulo/.")
+	out.say("the pods in API order, as castai/k8s-memcache-selector used it), under the prefix modulo/.")
 
 	// 3. One pod more: the ring moves 1/6 of the keys, modulo nearly all.
 	out.chapter("3. Scale from %d to %d pods", pods, pods+1)

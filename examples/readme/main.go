@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log"
 	"time"
 
@@ -11,17 +12,25 @@ import (
 )
 
 func main() {
-	// The context bounds the first sync: without a deadline, an API server
-	// that cannot be reached is retried for ever.
+	// The deadline bounds the first sync: without one, an unreachable API server is retried for ever.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ss, err := selector.NewServerList(ctx, "memcache-headless:11211")
+	c, err := selector.NewClient(ctx, "memcache-headless:11211") // a headless Service, and its port
 	if err != nil {
-		log.Fatalf("creating server selector: %v", err)
+		log.Fatal(err)
 	}
-	defer ss.Close()
-	cache := memcache.NewFromSelector(ss)
+	defer c.Close()
 
-	// Use cache...
-	_ = cache
+	if err := c.Set(&memcache.Item{Key: "greeting", Value: []byte("hello"), Expiration: 300}); err != nil {
+		log.Fatal(err)
+	}
+	item, err := c.Get("greeting")
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		log.Print("miss: load the value, then Set it")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		log.Printf("greeting = %s", item.Value)
+	}
 }
