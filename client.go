@@ -19,8 +19,12 @@ import (
 //     along the ring (as if it had been removed: no other key moves) until
 //     probes find it answering; a request that failed because its server
 //     went out is retried there (see the methods for which);
-//   - never serves a stale value from a server that returns: the keys
-//     written or deleted while it was out are deleted there first;
+//   - never returns a value older than one it wrote or deleted (the
+//     contract, its cases and its bounds: docs/consistency.md): every read
+//     passes one gate and every write one cleanup, so that the keys written
+//     or deleted elsewhere while a server was out are deleted there before
+//     they are served, copies are conditional and bounded, and a server
+//     that gains a key in a change of ring serves none of its older values;
 //   - hands keys off when they move: a Get that misses at a key's new
 //     server reads where the key was, and copies a hit with add; a write or
 //     delete of a key that moved also deletes it where it was;
@@ -28,9 +32,10 @@ import (
 //
 // Kubernetes stays the authority on the members: a server it removes
 // leaves, and one it keeps but this client finds dead is out for this
-// client only. At most half the servers (see WithFailover) are out at once,
-// so that a fault of this client's own network cannot move the whole cache:
-// past that, requests go to their servers and return their errors.
+// client only. At most half the servers are out at once after timeouts
+// (Failover.MaxOut), so that a fault of this client's own network cannot
+// move the whole cache: past that, requests go to their servers and return
+// their errors. A server that refuses connections is out whatever the count.
 //
 // A Client is safe for concurrent use. Its zero value is not usable: make
 // one with NewClient or NewClientFromList.

@@ -32,10 +32,12 @@ import (
 //     too, and a hit found further on is copied back with add to the groups
 //     that missed, so that a group that returns empty warms from its peers.
 //   - Set, Delete and Touch go to every group at once, so a write costs
-//     about one round trip (a Delete two, with WithMissFailover: see
-//     pooled.repair). They succeed if one group took them; a group
-//     that did not has the key deleted there, or logged for deletion before
-//     its server is used again, so it never serves the old value.
+//     about one round trip (a Delete two with WithMissFailover, so that a
+//     copy another client's read put back meanwhile is gone after the
+//     second). They succeed if one group took them; a group that did not
+//     has the key deleted there (at its server, and at the stand-in it
+//     used), or logged for deletion before its server is used again, so it
+//     never serves the old value.
 //   - Add, Replace, Increment, Decrement, Append and Prepend depend on the
 //     value a replica holds, which may differ between replicas: they run on
 //     the primary group for the key (the first group by name whose server
@@ -67,8 +69,8 @@ const (
 var ErrPoolCAS = errors.New("selector: CompareAndSwap needs one copy of a key, and a replicated or zoned pool has several, with CAS ids of their own: use a sharded pool for keys updated by CAS")
 
 // ZoneEnv is the environment variable that ByZone("") reads the client's
-// zone from: set it from the node's topology.kubernetes.io/zone label (see
-// the README).
+// zone from: set it from the node's topology.kubernetes.io/zone label
+// (docs/pools.md shows how).
 const ZoneEnv = "SELECTOR_ZONE"
 
 // Sharded is the default pool: each key on one server.
