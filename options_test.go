@@ -101,7 +101,7 @@ func TestClientOptionValues(t *testing.T) {
 			})},
 		{"Failover one field", []ClientOption{WithFailover(Failover{Timeouts: 5})}, with(func(c *clientOptions) { c.timeoutsUntilDown = 5 })},
 		{"Failover last wins", []ClientOption{WithFailover(Failover{Timeouts: 5}), WithFailover(Failover{MaxOut: 1})}, with(func(c *clientOptions) { c.maxDown = 1 })},
-		{"Failover off", []ClientOption{WithFailover(Failover{MaxOut: -1})}, with(func(c *clientOptions) { c.maxDown = 0 })},
+		{"Failover off", []ClientOption{WithFailover(Failover{MaxOut: -1})}, with(func(c *clientOptions) { c.maxDown = -1 })},
 		{"zero Handoff", []ClientOption{WithHandoff(Handoff{})}, def},
 		{"Handoff fields", []ClientOption{WithHandoff(Handoff{Window: time.Minute, Expiration: time.Hour})},
 			with(func(c *clientOptions) { c.handoffWindow, c.handoffTTL = time.Minute, time.Hour })},
