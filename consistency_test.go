@@ -480,3 +480,43 @@ func rawCommand(t *testing.T, addr, cmd string) string {
 	require.NoError(t, err)
 	return strings.TrimRight(line, "\r\n")
 }
+
+// TestMoveBack: keys move to a new server, are written there, and move back
+// to the servers they left when it goes, after the handoff window; those
+// still hold the old values. Neither the client that saw the first change
+// nor one started after it (with no history to consult) may read them.
+func TestMoveBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fresh bool
+	}{{"a client that saw the change", false}, {"a client started after it", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := startMemcached(t, 3)
+			c, ss := newTestClient(t, addrsOf(ms[:2]), WithHandoff(Handoff{Window: 100 * time.Millisecond}))
+			var keys []string
+			for i := range 300 {
+				keys = append(keys, fmt.Sprint("m", i))
+				require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("old")}))
+			}
+			require.NoError(t, ss.SetServers(addrsOf(ms)...))
+			eventually(t, "the client to see the change", func() bool { return c.rt.Load().base == ss.ring.Load() })
+			if tc.fresh {
+				var err error
+				c, err = NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)))
+				require.NoError(t, err)
+				defer c.Close()
+			}
+			time.Sleep(200 * time.Millisecond) // past the handoff window
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+			}
+			require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+			eventually(t, "the client to see it go", func() bool { return c.rt.Load().base == ss.ring.Load() })
+			for _, k := range keys {
+				if it, err := c.Get(k); err == nil {
+					require.Equal(t, "new", string(it.Value), "%s moved back to an old value", k)
+				}
+			}
+		})
+	}
+}

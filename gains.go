@@ -160,12 +160,7 @@ func (c *Client) takeFloors(gs []*gain) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
 			defer cancel()
-			start, err := serverStart(ctx, e.s, c.cfg.conn)
-			var f uint64
-			if err == nil {
-				f, err = c.casNow(e.s)
-			}
-			if err == nil {
+			if start, f, err := c.floorOf(ctx, e.s); err == nil {
 				e.started.Store(start)
 				e.floor.Store(f)
 			}
@@ -187,11 +182,7 @@ func (c *Client) fetchFloor(e *gain) {
 			if c.ctx.Err() != nil || e.s.status() != up {
 				return
 			}
-			start, err := serverStart(c.ctx, e.s, c.cfg.conn)
-			var f uint64
-			if err == nil {
-				f, err = c.casNow(e.s)
-			}
+			start, f, err := c.floorOf(c.ctx, e.s)
 			if err == nil {
 				e.started.Store(start)
 				e.floor.Store(f)
@@ -204,4 +195,13 @@ func (c *Client) fetchFloor(e *gain) {
 			}
 		}
 	})
+}
+
+// floorOf returns s's process start (see serverStart) and a CAS id it hands
+// out now (see casNow): a floor, and the process it holds in.
+func (c *Client) floorOf(ctx context.Context, s *server) (start int64, floor uint64, err error) {
+	if start, err = serverStart(ctx, s, c.cfg.conn); err == nil {
+		floor, err = c.casNow(s)
+	}
+	return start, floor, err
 }

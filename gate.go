@@ -135,11 +135,7 @@ func (c *Client) floorNow(s *server) {
 	c.wg.Go(func() {
 		ctx := c.ctx
 		for ctx.Err() == nil {
-			start, err := serverStart(ctx, s, c.cfg.conn)
-			var f uint64
-			if err == nil {
-				f, err = c.casNow(s)
-			}
+			start, f, err := c.floorOf(ctx, s)
 			if err == nil {
 				s.started.Store(start)
 				s.floor.Store(f)
