@@ -16,9 +16,10 @@ import (
 // value of the key (another client may, for the time of the copy's check
 // and undo: two round trips at most; see the README's "Consistency").
 type copies struct {
-	n  atomic.Int32 // copies in flight: the gate's fast path
-	mu sync.Mutex
-	m  map[string]*copyState
+	n        atomic.Int32 // copies in flight: the gate's fast path
+	flushing atomic.Int32 // FlushAlls under way: every copy is overtaken
+	mu       sync.Mutex
+	m        map[string]*copyState
 }
 
 type copyState struct {
@@ -39,8 +40,24 @@ func (cs *copies) begin(key string) *copyState {
 		cs.m[key] = st
 	}
 	st.refs++
+	if cs.flushing.Load() > 0 {
+		st.overtaken = true
+	}
 	cs.n.Add(1)
 	return st
+}
+
+// flush marks every copy overtaken until end is called: a FlushAll is under
+// way, and a copy from a server not flushed yet to one flushed already
+// would bring a flushed value back.
+func (cs *copies) flush() (end func()) {
+	cs.flushing.Add(1)
+	cs.mu.Lock()
+	for _, st := range cs.m {
+		st.overtaken = true
+	}
+	cs.mu.Unlock()
+	return func() { cs.flushing.Add(-1) }
 }
 
 // done ends a copy that begin registered, and reports whether a write or

@@ -290,8 +290,11 @@ func (c *Client) Ping() (opErr error) {
 func (c *Client) FlushAll() (opErr error) {
 	defer c.done(OpFlushAll, c.begin(), &opErr)
 	if c.pool != nil {
+		defer c.pool.copies.flush()()
 		return c.pool.each(func(g *Client) error { return g.FlushAll() })
 	}
+	defer c.copies.flush()()
+	c.dropPast() // no handoff from a server that is not flushed yet
 	c.mu.Lock()
 	all := make([]*server, 0, len(c.servers))
 	for _, s := range c.servers {
