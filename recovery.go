@@ -118,13 +118,18 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 			if len(keys) == 0 {
 				return // overflowed only: a floor stands for it once s is next back
 			}
-			c.drainKeys(s, keys)
+			if c.drainKeys(s, keys) == 0 { // s fails: try again after a probe's delay
+				select {
+				case <-c.ctx.Done():
+				case <-time.After(c.cfg.probeMin):
+				}
+			}
 		}
 	})
 }
 
-// drainKeys cleans keys at s, a few at once.
-func (c *Client) drainKeys(s *server, keys map[string]*server) {
+// drainKeys cleans keys at s, a few at once, and returns how many it did.
+func (c *Client) drainKeys(s *server, keys map[string]*server) int {
 	work := make(chan string)
 	var wg sync.WaitGroup
 	var cleaned atomic.Int64
@@ -149,6 +154,7 @@ func (c *Client) drainKeys(s *server, keys map[string]*server) {
 	close(work)
 	wg.Wait()
 	c.reportReplay(s, int(cleaned.Load()))
+	return int(cleaned.Load())
 }
 
 // replayWorkers is how many keys a drain cleans at once.
