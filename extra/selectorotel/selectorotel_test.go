@@ -188,6 +188,14 @@ func TestThroughClient(t *testing.T) {
 		t.Errorf("ring.lag: %d points, sum %v %s; want 1, about 2 s", n, sum, unit)
 	}
 
+	eventually(t, "the client to route to the new server", func() bool {
+		for _, st := range c.Stats().Servers {
+			if st.Addr == s2.PodAddr && st.State == "up" {
+				return true
+			}
+		}
+		return false
+	})
 	s2.Kill()
 	for i := range 50 {
 		c.Get(fmt.Sprint("key-", i))

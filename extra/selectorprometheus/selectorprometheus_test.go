@@ -134,6 +134,14 @@ memcache_selector_ring_servers{service="default/memcache"} 1
 
 	// The second server dies: the Client's reads of its keys fail over, and
 	// it is out (one of two: the cap allows it).
+	eventually(t, "the client to route to the new server", func() bool {
+		for _, st := range c.Stats().Servers {
+			if st.Addr == s2.PodAddr && st.State == "up" {
+				return true
+			}
+		}
+		return false
+	})
 	s2.Kill()
 	for i := range 50 {
 		c.Get(fmt.Sprint("key-", i))
