@@ -27,9 +27,10 @@ import (
 // their writes with a timeout, without sending anything (as a network
 // that drops packets), or delay them.
 type faults struct {
-	mu    sync.Mutex
-	drop  map[string]bool
-	delay map[string]time.Duration
+	mu     sync.Mutex
+	drop   map[string]bool
+	delay  map[string]time.Duration
+	prefix string // with delay: only requests that start so
 }
 
 func (f *faults) set(addr string, drop bool, delay time.Duration) {
@@ -69,8 +70,14 @@ func (c *faultyConn) Write(b []byte) (int, error) {
 	if drop {
 		return 0, &net.OpError{Op: "write", Net: "tcp", Err: timeoutError{}}
 	}
-	time.Sleep(delay)
-	return c.Conn.Write(b)
+	c.f.mu.Lock()
+	prefix := c.f.prefix
+	c.f.mu.Unlock()
+	n, err := c.Conn.Write(b)
+	if strings.HasPrefix(string(b), prefix) {
+		time.Sleep(delay) // the server has the request: its reply is late
+	}
+	return n, err
 }
 
 type timeoutError struct{}
@@ -519,4 +526,50 @@ func TestMoveBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCopyOvertakenByDelete: a Get hands a moved key off while a Delete of
+// it runs; the copy lands at the key's new server after the Delete was
+// acknowledged, and stays there until the copy's check of the old server
+// undoes it. This client must not read it meanwhile.
+func TestCopyOvertakenByDelete(t *testing.T) {
+	ms := startMemcached(t, 3)
+	var f faults
+	c, ss := newTestClient(t, addrsOf(ms[:2]), f.option(), WithTimeout(2*time.Second))
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, fmt.Sprint("o", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v0")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the change", func() bool { return len(c.rt.Load().past) == 1 })
+	var k, from string
+	for _, key := range keys {
+		if a, _ := ss.PickServer(key); a.String() == ms[2].addr {
+			k = key
+			break
+		}
+	}
+	require.NotEmpty(t, k)
+	for _, m := range ms[:2] {
+		if _, err := direct(m.addr).Get(k); err == nil {
+			from = m.addr
+		}
+	}
+	f.mu.Lock()
+	f.prefix = "gets "
+	f.mu.Unlock()
+	f.set(from, false, 300*time.Millisecond) // the handoff's reads of the old server are slow
+
+	done := make(chan struct{})
+	go func() { defer close(done); c.Get(k) }() // reads the old server, adds at the new one, reads the old one again
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, c.Delete(k)) // acknowledged before the copy lands
+	time.Sleep(250 * time.Millisecond) // the copy has landed; its check is under way
+	if it, err := c.Get(k); err == nil {
+		require.NotEqual(t, "v0", string(it.Value), "a copy served after the Delete")
+	}
+	<-done
+	_, err := direct(ms[2].addr).Get(k)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the copy was undone")
 }

@@ -157,17 +157,24 @@ func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, f
 	for _, b := range bs {
 		wg.Go(func() {
 			ks := make([]string, len(b.keys))
+			sts := make([]*copyState, len(b.keys)) // registered before the read (see handoff)
 			for j, i := range b.keys {
 				ks[j] = keys[i]
+				sts[j] = c.copies.begin(keys[i])
 			}
+			defer func() {
+				for j, i := range b.keys {
+					c.copies.done(keys[i], sts[j])
+				}
+			}()
 			var items map[string]*memcache.Item
 			err := b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
 			if f := failureOf(err); f != healthy {
 				c.sourceFailed(b.s, f, err)
 			}
-			for _, i := range b.keys {
+			for j, i := range b.keys {
 				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], hashes[i], it.CasID) {
-					if cp := c.copyTo(owner[i], b.s, it, c.handoffTTL()); cp != nil {
+					if cp := c.copyTo(owner[i], b.s, it, c.handoffTTL(), sts[j]); cp != nil {
 						mu.Lock()
 						found[keys[i]] = cp
 						mu.Unlock()

@@ -86,8 +86,11 @@ func (cs *copies) written(key string) {
 	cs.mu.Unlock()
 }
 
-// check reports whether the copy st was overtaken so far.
+// check reports whether the copy st (nil for none) was overtaken so far.
 func (cs *copies) check(st *copyState) bool {
+	if st == nil {
+		return false
+	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return st.overtaken
@@ -113,6 +116,10 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 	if len(rt.past) == 0 {
 		return nil, memcache.ErrCacheMiss
 	}
+	// The copy is registered before its source is read, so that a write or
+	// delete from then on overtakes it (see copies).
+	st := c.copies.begin(key)
+	defer c.copies.done(key, st)
 	var buf [4]*server
 	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
 		if !p.readable() {
@@ -130,7 +137,7 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 		if err != nil || !c.servable(p, key, h, it.CasID) {
 			continue // a miss
 		}
-		if cp := c.copyTo(s, p, it, exp); cp != nil {
+		if cp := c.copyTo(s, p, it, exp, st); cp != nil {
 			return cp, nil
 		}
 		return nil, memcache.ErrCacheMiss
@@ -140,7 +147,8 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 
 // copyTo adds it, read from p, to s, deletes it at p, and returns s's copy
 // (or it if s's cannot be read), or nil if a write or delete overtook the
-// copy. The copy is undone if p's value changed or went after it was read,
+// copy, which st tracks: the caller registers it (see copies) before it
+// reads p, and ends it after. The copy is undone if p's value changed or went after it was read,
 // or a write or delete of this client's overtook it (see copies): either
 // could have put an old value back after a delete at s. A miss later is
 // safe; a stale value is not. Delete deletes where a key was before it
@@ -150,8 +158,7 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 // write's, which deletes at p itself, or another copy's, whose check of p
 // would take that delete for a racing Delete and undo the copy. Where s
 // failed, p keeps the key for the next read.
-func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.Item {
-	st := c.copies.begin(it.Key)
+func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32, st *copyState) *memcache.Item {
 	cp := *it
 	cp.Expiration = exp
 	if rt := c.rt.Load(); rt.baseOwner(c.hash(it.Key)) != s {
@@ -164,22 +171,23 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32) *memcache.It
 		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, &cp)
-			c.copies.done(it.Key, st)
 			c.reportHandoff(p, s, HandoffUndone)
 			return nil
 		}
 		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
 		c.reportHandoff(p, s, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
-		c.copies.done(it.Key, st)
 		c.reportHandoff(p, s, HandoffFailed)
+		if c.copies.check(st) {
+			return nil
+		}
 		return it
 	default:
 		c.reportHandoff(p, s, HandoffPresent)
 	}
 	var got *memcache.Item
 	gerr := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return })
-	if c.copies.done(it.Key, st) {
+	if c.copies.check(st) {
 		return nil
 	}
 	if gerr == nil {

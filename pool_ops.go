@@ -12,11 +12,18 @@ import (
 func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (*memcache.Item, error) {
 	var missed []*group
 	err := ErrNoServers
+	// A repair (with miss failover) is registered before the reads it
+	// copies from (see copies).
+	var st *copyState
+	if pl.miss {
+		st = pl.copies.begin(key)
+		defer pl.copies.done(key, st)
+	}
 	for _, g := range pl.view.Load().reads {
 		it, gerr := get(g.c)
 		switch {
 		case gerr == nil:
-			if !pl.repair(missed, g, it) {
+			if !pl.repair(missed, g, it, st) {
 				return nil, memcache.ErrCacheMiss
 			}
 			return it, nil
@@ -45,18 +52,17 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 // pool with miss failover deletes twice (see pooled.delete), so that a copy
 // that another client added before the first pass ended is gone after the
 // second.
-func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item) bool {
+func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item, st *copyState) bool {
 	if len(missed) == 0 {
-		return !pl.copies.overtaken(it.Key)
+		return !pl.copies.check(st)
 	}
-	st := pl.copies.begin(it.Key)
 	for _, m := range missed {
 		cp := *it
 		cp.Expiration = g.c.handoffTTL()
 		m.c.Add(&cp)
 	}
 	now, err := g.c.Get(it.Key)
-	overtaken := pl.copies.done(it.Key, st)
+	overtaken := pl.copies.check(st)
 	if err != nil || now.CasID != it.CasID || overtaken {
 		for _, m := range missed {
 			if err := m.c.Delete(it.Key); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
@@ -85,13 +91,24 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 	var err error
 	want := keys
 	var asked []*group // the groups that missed want
+	sts := map[string]*copyState{} // repairs, registered before the reads (see copies)
+	for _, k := range keys {
+		if pl.miss && sts[k] == nil {
+			sts[k] = pl.copies.begin(k)
+		}
+	}
+	defer func() {
+		for k, st := range sts {
+			pl.copies.done(k, st)
+		}
+	}()
 	for _, g := range pl.view.Load().reads {
 		items, gerr := g.c.GetMulti(want)
 		if errors.Is(gerr, memcache.ErrMalformedKey) {
 			return nil, gerr
 		}
 		for k, it := range items {
-			if pl.repair(asked, g, it) {
+			if pl.repair(asked, g, it, sts[k]) {
 				found[k] = it
 			}
 		}
