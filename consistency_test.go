@@ -564,7 +564,7 @@ func TestCopyOvertakenByDelete(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); c.Get(k) }() // reads the old server, adds at the new one, reads the old one again
 	time.Sleep(100 * time.Millisecond)
-	require.NoError(t, c.Delete(k)) // acknowledged before the copy lands
+	require.NoError(t, c.Delete(k))    // acknowledged before the copy lands
 	time.Sleep(250 * time.Millisecond) // the copy has landed; its check is under way
 	if it, err := c.Get(k); err == nil {
 		require.NotEqual(t, "v0", string(it.Value), "a copy served after the Delete")

@@ -90,7 +90,7 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 	found := map[string]*memcache.Item{}
 	var err error
 	want := keys
-	var asked []*group // the groups that missed want
+	var asked []*group             // the groups that missed want
 	sts := map[string]*copyState{} // repairs, registered before the reads (see copies)
 	for _, k := range keys {
 		if pl.miss && sts[k] == nil {
