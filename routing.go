@@ -115,7 +115,13 @@ func (rt *routing) ownerNow(h uint64) (s *server, newStandIn bool) {
 		return nil, false
 	}
 	s = rt.liveSrv[rt.live.owner(h)]
-	if s.status() == up {
+	switch st := s.status(); {
+	case st == up:
+		return s, false
+	case st == gone && !s.lost.Load():
+		// It left, and still serves (a terminating pod in its grace
+		// period, or a server removed from a fixed list): until the next
+		// routing, which the Client is building, it keeps its keys.
 		return s, false
 	}
 	s = rt.next(h)
