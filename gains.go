@@ -5,7 +5,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // gains keeps a server from serving, for a key it gained in a change of
@@ -34,10 +33,9 @@ type gains struct {
 
 // gain is one server's gain of slots at one change.
 type gain struct {
-	s        *server
-	floor    atomic.Uint64 // math.MaxUint64 until known
-	started  atomic.Int64  // the process start the floor was taken in (see serverStart)
-	fetching atomic.Bool   // a goroutine takes the floor
+	s       *server
+	floor   atomic.Uint64 // math.MaxUint64 until known
+	started atomic.Int64  // the process start the floor was taken in (see serverStart)
 }
 
 // record notes the slots that old and new give to different servers, and
@@ -147,10 +145,9 @@ func (g *gains) restarted(s *server, start int64) {
 // takeFloors learns the floor of each gain: a CAS id its server hands out
 // now, before the routing that gains are of is published, so that every
 // value this Client writes there afterwards is above it. The servers are
-// asked at once, each within the Client's timeout; where one fails, the
-// gate serves nothing of the slots it gained until a read asks again (see
-// fetchFloor). Called with c.mu held: it observes no failure, which would
-// take the lock.
+// asked at once, each within twice the Client's timeout; a gain whose
+// server does not answer in time has no floor. Called with c.mu held: it
+// observes no failure, which would take the lock.
 func (c *Client) takeFloors(gs []*gain) {
 	if len(gs) == 0 || c.closed.Load() {
 		return
@@ -160,41 +157,19 @@ func (c *Client) takeFloors(gs []*gain) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
 			defer cancel()
-			if start, f, err := c.floorOf(ctx, e.s); err == nil {
-				e.started.Store(start)
-				e.floor.Store(f)
+			start, f, err := c.floorOf(ctx, e.s)
+			if err != nil {
+				// A floor taken later would be above the values written
+				// and copied there since the change, which the gate would
+				// then delete: this gain goes without one (see the
+				// README's "Consistency").
+				f = 0
 			}
+			e.started.Store(start)
+			e.floor.Store(f)
 		})
 	}
 	wg.Wait()
-}
-
-// fetchFloor takes e's floor in the background, unless that is under way.
-// A server that fails is observed as for any request; one that is out gets
-// a new gain when it is back.
-func (c *Client) fetchFloor(e *gain) {
-	if c.closed.Load() || !e.fetching.CompareAndSwap(false, true) {
-		return
-	}
-	c.wg.Go(func() {
-		defer e.fetching.Store(false)
-		for range 5 {
-			if c.ctx.Err() != nil || e.s.status() != up {
-				return
-			}
-			start, f, err := c.floorOf(c.ctx, e.s)
-			if err == nil {
-				e.started.Store(start)
-				e.floor.Store(f)
-				return
-			}
-			c.observe(e.s, failureOf(err), err)
-			select {
-			case <-c.ctx.Done():
-			case <-time.After(c.cfg.probeMin):
-			}
-		}
-	})
 }
 
 // floorOf returns s's process start (see serverStart) and a CAS id it hands

@@ -87,9 +87,6 @@ func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 	f, started := s.floor.Load(), s.started.Load()
 	if e := c.gains.of(s, h); e != nil && e.floor.Load() > f {
 		f, started = e.floor.Load(), e.started.Load()
-		if f == math.MaxUint64 {
-			c.fetchFloor(e)
-		}
 	}
 	if f == 0 || cas >= f {
 		return true
