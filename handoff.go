@@ -11,10 +11,12 @@ import (
 )
 
 // copies tracks the handoff copies and pool repairs in flight, by key, so
-// that a write or delete of a key while it is being copied marks the copy
-// overtaken: the copy is undone, and until it is, the read gate serves no
-// value of the key (another client may, for the time of the copy's check
-// and undo: two round trips at most; see the README's "Consistency").
+// that a delete of a key while it is being copied (a Delete, a FlushAll)
+// marks the copy overtaken: the copy is undone, and until it is, the read
+// gate serves no value of the key (another client may, for the time of the
+// copy's check and undo: two round trips at most; see the README's
+// "Consistency"). A write needs no mark: a copy is added with add, so it
+// cannot land over a write, and one that landed first is overwritten.
 type copies struct {
 	n        atomic.Int32 // copies in flight: the gate's fast path
 	flushing atomic.Int32 // FlushAlls under way: every copy is overtaken
@@ -73,8 +75,8 @@ func (cs *copies) done(key string, st *copyState) bool {
 	return st.overtaken
 }
 
-// written marks the copies of key in flight overtaken: a write or delete
-// of key is under way.
+// written marks the copies of key in flight overtaken: a delete of key is
+// under way.
 func (cs *copies) written(key string) {
 	if cs.n.Load() == 0 {
 		return

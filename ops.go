@@ -61,7 +61,6 @@ func (c *Client) write(r *keyOp) (bool, error) {
 		return false, memcache.ErrMalformedKey
 	}
 	h := c.hash(r.key)
-	c.copies.written(r.key)
 	s, err := c.do(h, r)
 	// Even with no server to write to (all out), the key's server must
 	// forget it.
@@ -198,7 +197,7 @@ func (c *Client) Delete(key string) (opErr error) {
 		return memcache.ErrMalformedKey
 	}
 	h := c.hash(key)
-	c.copies.written(key)
+	c.copies.written(key) // a copy that lands after the delete must not be served (see copies)
 	deleted := false
 	if rt := c.rt.Load(); len(rt.past) > 0 {
 		var buf [4]*server
@@ -249,7 +248,6 @@ func (c *Client) change(r *keyOp) error {
 		return memcache.ErrMalformedKey
 	}
 	h := c.hash(r.key)
-	c.copies.written(r.key)
 	s, err := c.do(h, r)
 	if s != nil && (errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)) {
 		if _, herr := c.handoff(h, r.key, s, c.handoffTTL()); herr == nil {

@@ -76,6 +76,7 @@ func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item, st *copyS
 
 // delete deletes key in every group; with miss failover, twice (see repair).
 func (pl *pooled) delete(key string) error {
+	pl.copies.written(key) // a repair that lands after it must not be served (see copies)
 	err := pl.all(key, func(g *Client) error { return g.Delete(key) })
 	if pl.miss {
 		pl.all(key, func(g *Client) error { return g.Delete(key) })
@@ -129,7 +130,6 @@ func (pl *pooled) getMulti(keys []string) (map[string]*memcache.Item, error) {
 // else the first failure; ErrNoServers only if no group had a server. A
 // group where op failed has key invalidated (see Client.forget).
 func (pl *pooled) all(key string, op func(c *Client) error) error {
-	pl.copies.written(key)
 	v := pl.view.Load()
 	errs := make([]error, len(v.all))
 	var wg sync.WaitGroup
@@ -190,7 +190,6 @@ func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Cli
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
-	pl.copies.written(key)
 	p := pl.primaryFor(key)
 	if p == nil {
 		return ErrNoServers
