@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"sync"
@@ -144,7 +145,7 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 		case err == nil:
 			ok = true
 		case errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored):
-			answer = cmpOr(answer, err)
+			answer = cmp.Or(answer, err)
 		case errors.Is(err, ErrNoServers):
 		default:
 			if key != "" {
@@ -152,7 +153,7 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 				g.log.Warn("a pool's write failed in this group, which no longer has the key: it is deleted there, or before its server is used again", keyError, err)
 				g.forget(key)
 			}
-			failed = cmpOr(failed, err)
+			failed = cmp.Or(failed, err)
 		}
 	}
 	switch {
@@ -164,13 +165,6 @@ func (pl *pooled) all(key string, op func(c *Client) error) error {
 		return failed
 	}
 	return ErrNoServers
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // primaryFor returns the primary group for key (see Pool), or nil.
