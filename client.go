@@ -280,7 +280,11 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	for _, p := range rt.past {
 		next = min(next, p.until.Sub(now))
 	}
-	c.takeFloors(c.gains.record(c.rt.Load(), rt)) // before rt is read
+	gained, lost := c.gains.record(c.rt.Load(), rt)
+	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
+		rt.past[0].gains = lost
+	}
+	c.takeFloors(gained) // before rt is read
 	c.rt.Store(rt)
 	return max(next, time.Millisecond)
 }

@@ -528,6 +528,42 @@ func TestMoveBack(t *testing.T) {
 	}
 }
 
+// TestMoveBackThenAwayAgain: keys move to a new server and are written
+// there after the handoff window; the server goes, so they move back to
+// servers that still hold their old values (not served: a floor), and it
+// comes back at once, so they move to it again, where their new values are
+// now older than its own floor. A read there misses, and must not be
+// handed the old value from the server the keys just left: that server's
+// floor from when it gained them back still holds, though it lost them.
+func TestMoveBackThenAwayAgain(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithHandoff(Handoff{Window: 300 * time.Millisecond}))
+	var keys []string
+	for i := range 300 {
+		keys = append(keys, fmt.Sprint("a", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("old")}))
+	}
+	change := func(addrs []string, what string) {
+		require.NoError(t, ss.SetServers(addrs...))
+		eventually(t, what, func() bool { return c.rt.Load().base == ss.ring.Load() })
+	}
+	change(addrsOf(ms), "the client to see the new server")
+	time.Sleep(400 * time.Millisecond) // past the handoff window
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+	}
+	change(addrsOf(ms[:2]), "the client to see it go")
+	change(addrsOf(ms), "the client to see it back")
+	hits := 0
+	for _, k := range keys {
+		if it, err := c.Get(k); err == nil {
+			require.Equal(t, "new", string(it.Value), "%s was handed its old value from the server it left", k)
+			hits++
+		}
+	}
+	t.Logf("%d of %d keys found", hits, len(keys))
+}
+
 // TestCopyOvertakenByDelete: a Get hands a moved key off while a Delete of
 // it runs; the copy lands at the key's new server after the Delete was
 // acknowledged, and stays there until the copy's check of the old server

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -18,7 +19,11 @@ import (
 // Client.servable); values written or copied there since are above it.
 //
 // It needs no history from before the Client started: any change it sees
-// records its own gains. It covers the Client's own ring (the default
+// records its own gains. A slot's gain is kept, after the slot moves on,
+// with the past ring it belongs to (see gainRun), so that a value read from
+// a former owner for a handoff is checked against that owner's floor too: a
+// key that left a server, came back and left again finds there the value
+// from before it came back, which its writes since have not deleted. It covers the Client's own ring (the default
 // Hashing); Ketama and Ch3 rings, for sharing a pool with other clients,
 // have no slots, and are not covered (see the README's "Consistency").
 //
@@ -28,6 +33,7 @@ import (
 type gains struct {
 	slots  []atomic.Uint32         // per slot: an index into events, or 0
 	events atomic.Pointer[[]*gain] // index 0 unused; replaced, never changed in place
+	lost   atomic.Pointer[[]gainRun] // the last change's (see record)
 	mu     sync.Mutex              // serializes record and compaction
 }
 
@@ -38,11 +44,20 @@ type gain struct {
 	started atomic.Int64  // the process start the floor was taken in (see serverStart)
 }
 
-// record notes the slots that old and new give to different servers, and
-// returns the gains whose floors are to be taken (see Client.takeFloors).
-func (g *gains) record(old, new *routing) []*gain {
+// gainRun is a run of slots, lo to hi, and the gain they had in a past
+// ring: the one their server there gained them at, or nil.
+type gainRun struct {
+	lo, hi uint32
+	e      *gain
+}
+
+// record notes the slots that old and new give to different servers. It
+// returns the gains whose floors are to be taken (see Client.takeFloors),
+// and the gains those slots had in old, for old's past ring (see
+// past.gains): runs in slot order.
+func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun) {
 	if old == nil || old.live == nil || new.live == nil || old.live.alt != nil || new.live.alt != nil || sameServers(old, new) {
-		return nil
+		return nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -51,34 +66,45 @@ func (g *gains) record(old, new *routing) []*gain {
 	}
 	evs := g.list()
 	if len(evs) > maxGainEvents {
-		evs = g.compact(evs)
+		evs = g.compact(evs, new.past)
 	}
-	// The gains are published before any slot refers to them, so that a
-	// read through the routing still in use (which may already reach a
-	// gaining server, as the successor of one that left) finds each slot's
-	// gain as soon as the slot is marked: with its floor unknown, nothing of
-	// the slot is served there until it is taken.
+	// The gains, and the ones the slots had (lost), are published before
+	// any slot refers to the new ones, so that a read through the routing
+	// still in use finds each slot's gains as soon as the slot is marked: a
+	// gaining server (which it may reach already, as the successor of one
+	// that left) with its floor unknown, so that nothing of the slot is
+	// served there until it is taken; a losing server, its owner there,
+	// with its floor (see of).
 	ot, nt := &old.live.table, &new.live.table
 	byServer := map[*server]uint32{}
-	var added []*gain
 	for i := range uint64(1 << slotBits) {
 		ns := new.liveSrv[nt.owner(i)]
-		if _, ok := byServer[ns]; ok || ns == old.liveSrv[ot.owner(i)] {
+		if ns == old.liveSrv[ot.owner(i)] {
 			continue
 		}
-		e := &gain{s: ns}
-		e.floor.Store(math.MaxUint64)
-		byServer[ns] = uint32(len(evs))
-		evs = append(evs, e)
-		added = append(added, e)
+		if _, ok := byServer[ns]; !ok {
+			e := &gain{s: ns}
+			e.floor.Store(math.MaxUint64)
+			byServer[ns] = uint32(len(evs))
+			evs = append(evs, e)
+			added = append(added, e)
+		}
+		if e := evs[g.slots[i].Load()]; e != nil {
+			if n := len(lost); n > 0 && lost[n-1].e == e && lost[n-1].hi == uint32(i)-1 {
+				lost[n-1].hi++
+			} else {
+				lost = append(lost, gainRun{lo: uint32(i), hi: uint32(i), e: e})
+			}
+		}
 	}
 	g.events.Store(&evs)
+	g.lost.Store(&lost)
 	for i := range uint64(1 << slotBits) {
 		if ns := new.liveSrv[nt.owner(i)]; ns != old.liveSrv[ot.owner(i)] {
 			g.slots[i].Store(byServer[ns])
 		}
 	}
-	return added
+	return added, lost
 }
 
 // maxGainEvents is how many gains are kept before the ones no slot refers
@@ -94,10 +120,17 @@ func (g *gains) list() []*gain {
 }
 
 // compact drops the gains that no slot refers to any more, and renumbers
-// the slots. Called with g.mu held.
-func (g *gains) compact(evs []*gain) []*gain {
+// the slots. The gains of the past rings kept are kept too, for restarted.
+// Called with g.mu held.
+func (g *gains) compact(evs []*gain, kept []past) []*gain {
 	remap := make([]uint32, len(evs))
 	out := []*gain{nil}
+	inPast := map[*gain]bool{}
+	for _, p := range kept {
+		for _, r := range p.gains {
+			inPast[r.e] = true
+		}
+	}
 	for i := range g.slots {
 		idx := g.slots[i].Load()
 		if idx == 0 {
@@ -109,24 +142,62 @@ func (g *gains) compact(evs []*gain) []*gain {
 		}
 		g.slots[i].Store(remap[idx])
 	}
+	for i, e := range evs {
+		if i > 0 && remap[i] == 0 && inPast[e] {
+			out = append(out, e)
+		}
+	}
 	return out
 }
 
-// of returns the gain of the slot of hash h if s is the server that gained
-// it, or nil.
-func (g *gains) of(s *server, h uint64) *gain {
+// of returns s's latest gain of the slot of hash h: the slot's gain now if
+// s is the server that gained it, else the newest one of s in the past
+// rings (a former owner), or nil. A server's latest gain of a slot is the
+// start of its latest time as the slot's owner, or later: a value there
+// from before it predates a time the slot was elsewhere.
+func (g *gains) of(s *server, h uint64, pastRings []past) *gain {
 	p := g.events.Load()
 	if p == nil {
 		return nil
 	}
 	idx := g.slots[slotOf(h)].Load()
 	if idx == 0 || int(idx) >= len(*p) {
-		return nil
+		return nil // the slot never moved: no past ring has a gain of it
 	}
 	if e := (*p)[idx]; e.s == s {
 		return e
 	}
+	// The last change's runs are its past ring's too, once the routing it
+	// made is published; until then, they are only here.
+	slot := uint32(slotOf(h))
+	if lp := g.lost.Load(); lp != nil {
+		if e := runOf(*lp, slot); e != nil && e.s == s {
+			return e
+		}
+	}
+	for _, pr := range pastRings {
+		if e := runOf(pr.gains, slot); e != nil && e.s == s {
+			return e
+		}
+	}
 	return nil
+}
+
+// runOf returns the gain of slot in runs, or nil.
+func runOf(runs []gainRun, slot uint32) *gain {
+	i, found := slices.BinarySearchFunc(runs, slot, func(r gainRun, s uint32) int {
+		switch {
+		case r.hi < s:
+			return -1
+		case r.lo > s:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return nil
+	}
+	return runs[i].e
 }
 
 // restarted drops the floors of s's gains taken in a process other than
@@ -134,7 +205,7 @@ func (g *gains) of(s *server, h uint64) *gain {
 // from 1 again (it holds nothing from before).
 func (g *gains) restarted(s *server, start int64) {
 	if p := g.events.Load(); p != nil {
-		for _, e := range *p {
+		for _, e := range *p { // the past rings' gains included (see compact)
 			if e != nil && e.s == s && e.floor.Load() != math.MaxUint64 && e.started.Load() != start {
 				e.floor.Store(0)
 			}

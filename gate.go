@@ -30,7 +30,7 @@ import (
 // changed in place checked against it. clean returns the error of the
 // delete at s, which the caller observes as the request's.
 func (c *Client) clean(s *server, key string, inPlace bool) error {
-	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key)) != nil) {
+	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
 		var it *memcache.Item
 		err := s.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
 		if err == nil && !c.servable(s, key, c.hash(key), it.CasID) {
@@ -85,7 +85,7 @@ func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 		return false
 	}
 	f, started := s.floor.Load(), s.started.Load()
-	if e := c.gains.of(s, h); e != nil && e.floor.Load() > f {
+	if e := c.gains.of(s, h, c.rt.Load().past); e != nil && e.floor.Load() > f {
 		f, started = e.floor.Load(), e.started.Load()
 	}
 	if f == 0 || cas >= f {

@@ -21,6 +21,7 @@ type past struct {
 	r     *ring
 	srv   []*server
 	until time.Time
+	gains []gainRun // the gains of the slots the next ring moved (see gains.of)
 }
 
 // routingInput is what a routing is built from.
