@@ -31,10 +31,10 @@ import (
 // runs with the Client's lock held, before the routing it compares is
 // published; reads are lock-free.
 type gains struct {
-	slots  []atomic.Uint32         // per slot: an index into events, or 0
-	events atomic.Pointer[[]*gain] // index 0 unused; replaced, never changed in place
+	slots  []atomic.Uint32           // per slot: an index into events, or 0
+	events atomic.Pointer[[]*gain]   // index 0 unused; replaced, never changed in place
 	lost   atomic.Pointer[[]gainRun] // the last change's (see record)
-	mu     sync.Mutex              // serializes record and compaction
+	mu     sync.Mutex                // serializes record and compaction
 }
 
 // gain is one server's gain of slots at one change.
