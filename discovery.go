@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 )
 
@@ -72,11 +73,16 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 // always signalled, even if empty. A set that update refuses is returned as
 // an error.
 func (ss *ServerList) publish(ms []member, draining []string, lag time.Duration, log *slog.Logger) error {
+	// The servers that start draining are added before the ring changes,
+	// and the ones that stop are dropped after: a subscriber woken by a ring
+	// without a terminating server must find it draining, or it takes the
+	// server for one that no longer serves, and hands none of its keys off.
+	ss.setDraining(slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(ss.drainingSet()), draining...)))))
 	added, removed, err := ss.update(ms)
+	ss.setDraining(draining)
 	if err != nil {
 		return err
 	}
-	ss.setDraining(draining)
 	first := !ss.discovered
 	ss.discovered = true
 	n := len(ss.Servers())
