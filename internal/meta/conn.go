@@ -350,7 +350,9 @@ func (c *Conn) readBatch(cl *call) error {
 		b.items[i] = itemOf(rep)
 		b.items[i].Key, b.items[i].Has = b.keys[i], has
 		b.hit[i] = true
-		rep.Value = nil // the item owns it now
+		if rep.Status == StatusVA {
+			rep.Value = nil // the item owns it now
+		}
 	}
 }
 

@@ -29,12 +29,14 @@ func (it Item) AlreadyWon() bool { return it.Has&RetAlreadyWon != 0 }
 
 func itemOf(rep *Reply) Item {
 	it := Item{
-		Value:       rep.Value,
 		ClientFlags: rep.ClientFlags,
 		CAS:         rep.CAS,
 		TTL:         rep.TTL,
 		Size:        rep.Size,
 		Has:         rep.Has,
+	}
+	if rep.Status == StatusVA {
+		it.Value = rep.Value[:len(rep.Value):len(rep.Value)]
 	}
 	if rep.Has&RetKey != 0 {
 		it.Key = string(rep.Key)
@@ -89,7 +91,9 @@ func (c *Conn) Get(ctx context.Context, key string, o GetOptions) (Item, error) 
 		return Item{}, err
 	}
 	it := itemOf(&cl.rep)
-	cl.rep.Value = nil
+	if cl.rep.Status == StatusVA {
+		cl.rep.Value = nil // it owns it now
+	}
 	return it, nil
 }
 

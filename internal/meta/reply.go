@@ -67,7 +67,7 @@ const (
 type Reply struct {
 	Status      Status
 	Has         Returned
-	Value       []byte // VA's value; reused by ReadReply (see there)
+	Value       []byte // VA's value (empty otherwise); reused by ReadReply (see there)
 	TTL         int64  // t: seconds remaining, -1 if the item never expires
 	ClientFlags uint32 // f
 	CAS         uint64 // c
@@ -114,8 +114,7 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 	}
 	line = line[:len(line)-2]
 	value := rep.Value[:0]
-	key := rep.Key[:0]
-	*rep = Reply{Key: key}
+	*rep = Reply{Value: value, Key: rep.Key[:0]}
 
 	var status, rest []byte
 	if i := bytes.IndexByte(line, ' '); i >= 0 {
@@ -173,7 +172,7 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 	}
 
 	// line points into br's buffer; it is not used past here.
-	if cap(value) < size {
+	if value == nil || cap(value) < size {
 		value = make([]byte, size)
 	}
 	value = value[:size]
