@@ -80,6 +80,15 @@ func AppendGet(dst []byte, key string, o GetOptions) ([]byte, error) {
 	}
 	dst = append(dst, "mg "...)
 	dst = append(dst, key...)
+	// memcached 1.6 handles flags in order: the flags that change the item
+	// come first, so that t reports the TTL they set (mg k T30 t: t30,
+	// mg k t T30: the TTL before).
+	if o.Vivify {
+		dst = appendInt(dst, 'N', int64(o.VivifyTTL))
+	}
+	if o.Touch {
+		dst = appendInt(dst, 'T', int64(o.TouchTTL))
+	}
 	dst = appendFlag(dst, o.Value, 'v')
 	dst = appendFlag(dst, o.ClientFlags, 'f')
 	dst = appendFlag(dst, o.CAS, 'c')
@@ -89,12 +98,6 @@ func AppendGet(dst []byte, key string, o GetOptions) ([]byte, error) {
 	dst = appendFlag(dst, o.Quiet, 'q')
 	if o.Opaque != 0 {
 		dst = appendUint(dst, 'O', uint64(o.Opaque))
-	}
-	if o.Touch {
-		dst = appendInt(dst, 'T', int64(o.TouchTTL))
-	}
-	if o.Vivify {
-		dst = appendInt(dst, 'N', int64(o.VivifyTTL))
 	}
 	return append(dst, "\r\n"...), nil
 }

@@ -58,7 +58,7 @@ func TestEncode(t *testing.T) {
 	}{
 		{"mg bare", must(AppendGet(nil, "k", GetOptions{})), "mg k\r\n"},
 		{"mg all", must(AppendGet(nil, "k", GetOptions{Value: true, ClientFlags: true, CAS: true, TTL: true, Size: true, Key: true, Quiet: true, Opaque: 7, Touch: true, TouchTTL: 30, Vivify: true, VivifyTTL: 60})),
-			"mg k v f c t s k q O7 T30 N60\r\n"},
+			"mg k N60 T30 v f c t s k q O7\r\n"},
 		{"mg touch never", must(AppendGet(nil, "k", GetOptions{Touch: true})), "mg k T0\r\n"},
 		{"ms plain", must(AppendSet(nil, "k", []byte("hi"), SetOptions{})), "ms k 2\r\nhi\r\n"},
 		{"ms all", must(AppendSet(nil, "k", []byte("hi"), SetOptions{TTL: 90, ClientFlags: 5, CompareCAS: 12, Invalidate: true, Mode: ModeAdd, ReturnCAS: true, Quiet: true, Opaque: 3})),
