@@ -1,0 +1,371 @@
+package meta
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeServer is a scripted server on loopback: serve runs for each
+// connection it accepts, with the connection and a reader of it.
+type fakeServer struct {
+	l     net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startFake(t *testing.T, serve func(nc net.Conn, br *bufio.Reader)) *fakeServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &fakeServer{l: l}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, nc)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer nc.Close()
+				serve(nc, bufio.NewReader(nc))
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		s.mu.Lock()
+		for _, nc := range s.conns {
+			nc.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *fakeServer) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", s.l.Addr().String())
+}
+
+func (s *fakeServer) conn(t *testing.T, o Options) *Conn {
+	t.Helper()
+	nc, err := s.dial(context.Background())
+	require.NoError(t, err)
+	c := NewConn(nc, o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readRequest reads one request line (and an ms's data line).
+func readRequest(br *bufio.Reader) (string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(line, "ms ") {
+		if _, err := br.ReadString('\n'); err != nil {
+			return "", err
+		}
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// replyWith answers the first request with reply, then hangs until the
+// client closes.
+func replyWith(reply string) func(net.Conn, *bufio.Reader) {
+	return func(nc net.Conn, br *bufio.Reader) {
+		if _, err := readRequest(br); err != nil {
+			return
+		}
+		nc.Write([]byte(reply))
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// waitFailed waits for c to be closed by a failure and returns why.
+func waitFailed(t *testing.T, c *Conn) error {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Err() != nil }, 2*time.Second, time.Millisecond)
+	return c.Err()
+}
+
+func TestHostileReplies(t *testing.T) {
+	tests := []struct {
+		name     string
+		reply    string
+		is       error  // what the request's error wraps
+		contains string // and says
+		closed   bool   // whether the connection is closed after
+	}{
+		{"oversized line", "HD " + strings.Repeat("x", 3*MaxLineLen) + "\r\n", ErrProtocol, "reply line longer than 8192 bytes", true},
+		{"oversized value size", "VA 999999999999\r\n", ErrProtocol, "value of 999999999999 bytes exceeds the limit", true},
+		{"value without crlf", "VA 2\r\nhiXX", ErrProtocol, "value of 2 bytes not followed by \\r\\n", true},
+		{"garbage", "\x16\x03\x01 tls hello?\r\n", ErrProtocol, "unknown reply status", true},
+		{"classic protocol", "VALUE k 0 2\r\nhi\r\nEND\r\n", ErrProtocol, "unknown reply status", true},
+		{"reply of another command", "MN\r\n", ErrProtocol, "reply MN to mg", true},
+		{"garbled number", "VA 2 fxyz\r\nhi\r\n", ErrProtocol, "garbled number in return flag \"fxyz\"", true},
+		{"ERROR", "ERROR\r\n", ErrUnknownCommand, "ERROR", true},
+		{"CLIENT_ERROR", "CLIENT_ERROR bad command line format\r\n", nil, "CLIENT_ERROR bad command line format", true},
+		{"SERVER_ERROR", "SERVER_ERROR out of memory storing object\r\n", nil, "SERVER_ERROR out of memory storing object", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+				if _, err := readRequest(br); err != nil {
+					return
+				}
+				nc.Write([]byte(tt.reply))
+				// Then a sane server, for the connections that survive.
+				for {
+					line, err := readRequest(br)
+					if err != nil {
+						return
+					}
+					if strings.HasPrefix(line, "mn") {
+						nc.Write([]byte("MN\r\n"))
+					} else {
+						nc.Write([]byte("EN\r\n"))
+					}
+				}
+			})
+			c := s.conn(t, Options{Timeout: time.Second})
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := c.Get(context.Background(), "k", GetOptions{Value: true})
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			require.Error(t, err)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+			require.ErrorContains(t, err, tt.contains)
+			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(256<<10), "memory allocated for a hostile reply")
+			if !tt.closed {
+				var se *ServerError
+				require.ErrorAs(t, err, &se)
+				require.NoError(t, c.Err())
+				_, err := c.Get(context.Background(), "k", GetOptions{Value: true})
+				require.ErrorIs(t, err, ErrMiss, "the connection is still in step")
+				require.NoError(t, c.Noop(context.Background()))
+				return
+			}
+			require.ErrorIs(t, waitFailed(t, c), ErrConnClosed)
+			_, err = c.Get(context.Background(), "k", GetOptions{})
+			require.ErrorIs(t, err, ErrConnClosed)
+		})
+	}
+}
+
+// A failure fails every pending request, not only the one it hit.
+func TestHostileFailsAllPending(t *testing.T) {
+	checkGoroutines(t)
+	const n = 8
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		for range n {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+		}
+		nc.Write([]byte("EN\r\nGARBAGE\r\n"))
+		readRequest(br)
+	})
+	c := s.conn(t, Options{Timeout: 5 * time.Second})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := c.Get(context.Background(), "k"+string(rune('a'+i)), GetOptions{Value: true})
+			errs <- err
+		}()
+	}
+	var misses, failed int
+	for range n {
+		err := <-errs
+		switch {
+		case errors.Is(err, ErrMiss):
+			misses++
+		case errors.Is(err, ErrConnClosed) && errors.Is(err, ErrProtocol):
+			failed++
+		default:
+			t.Errorf("unexpected error %v", err)
+		}
+	}
+	require.Equal(t, 1, misses)
+	require.Equal(t, n-1, failed)
+}
+
+func TestHostileUnsolicited(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, replyWith("EN\r\nHD\r\n"))
+	c := s.conn(t, Options{})
+	_, err := c.Get(context.Background(), "k", GetOptions{})
+	require.ErrorIs(t, err, ErrMiss)
+	err = waitFailed(t, c)
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "unsolicited reply \"HD\\r\\n\" with no request pending")
+}
+
+func TestHostileHangMidValue(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, replyWith("VA 10\r\nhi"))
+	c := s.conn(t, Options{Timeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := c.Get(context.Background(), "k", GetOptions{Value: true})
+	took := time.Since(start)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, err, ErrConnClosed)
+	require.ErrorContains(t, err, "within 100ms")
+	require.Less(t, took, time.Second)
+	require.GreaterOrEqual(t, took, 90*time.Millisecond)
+	require.Error(t, c.Err())
+}
+
+func TestHostileEOFMidValue(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		readRequest(br)
+		nc.Write([]byte("VA 10\r\nhi"))
+	})
+	c := s.conn(t, Options{})
+	_, err := c.Get(context.Background(), "k", GetOptions{Value: true})
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "reading a value of 10 bytes: unexpected EOF")
+}
+
+func TestHostileNeverAnswers(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+		}
+	})
+	c := s.conn(t, Options{Timeout: 150 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Get(ctx, "k", GetOptions{Value: true})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 100*time.Millisecond)
+	require.NoError(t, c.Err(), "a request's deadline does not close the connection")
+	// The connection's own timeout does, once the oldest reply is late.
+	_, err = c.Get(context.Background(), "k2", GetOptions{Value: true})
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Error(t, c.Err())
+}
+
+// Detection: a server that predates the meta protocol answers mn ERROR.
+func TestHostileNoMeta(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, replyWith("ERROR\r\n"))
+	p := NewPool(s.dial, Options{})
+	defer p.Close()
+	err := p.Detect(context.Background())
+	require.ErrorIs(t, err, ErrNoMeta)
+	require.ErrorIs(t, err, ErrUnknownCommand)
+	require.ErrorContains(t, err, "memcached 1.6 or later")
+}
+
+// A Pool drops a broken connection and dials a new one on next use.
+func TestPoolRedials(t *testing.T) {
+	checkGoroutines(t)
+	var mu sync.Mutex
+	accepted := 0
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		mu.Lock()
+		accepted++
+		first := accepted == 1
+		mu.Unlock()
+		for {
+			line, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			if first {
+				return // hang up: the request fails
+			}
+			if strings.HasPrefix(line, "mn") {
+				nc.Write([]byte("MN\r\n"))
+			}
+		}
+	})
+	p := NewPool(s.dial, Options{MaxConns: 1})
+	defer p.Close()
+	ctx := context.Background()
+	err := p.Noop(ctx)
+	require.ErrorIs(t, err, ErrConnClosed)
+	require.ErrorContains(t, err, "EOF")
+	require.NoError(t, p.Noop(ctx))
+	require.NoError(t, p.Noop(ctx))
+	mu.Lock()
+	require.Equal(t, 2, accepted)
+	mu.Unlock()
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close(), "Close is idempotent")
+	require.ErrorIs(t, p.Noop(ctx), ErrConnClosed)
+}
+
+func TestPoolDialError(t *testing.T) {
+	p := NewPool(func(ctx context.Context) (net.Conn, error) {
+		return nil, errors.New("no route")
+	}, Options{})
+	defer p.Close()
+	_, err := p.Get(context.Background(), "k", GetOptions{})
+	require.ErrorContains(t, err, "meta: dial: no route")
+}
+
+func TestConnCloseIdempotent(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		readRequest(br) // and never answer
+		readRequest(br)
+	})
+	c := s.conn(t, Options{})
+	errs := make(chan error, 1)
+	go func() { errs <- c.Noop(context.Background()) }()
+	require.Eventually(t, func() bool { return c.Outstanding() == 1 }, time.Second, time.Millisecond)
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close())
+	err := <-errs
+	require.ErrorIs(t, err, ErrConnClosed)
+	require.ErrorContains(t, err, "closed by Close")
+	require.Zero(t, c.Outstanding())
+}
+
+func TestQuietRefused(t *testing.T) {
+	s := startFake(t, replyWith(""))
+	c := s.conn(t, Options{})
+	ctx := context.Background()
+	_, err := c.Get(ctx, "k", GetOptions{Quiet: true})
+	require.ErrorIs(t, err, ErrQuiet)
+	_, err = c.Set(ctx, "k", nil, SetOptions{Quiet: true})
+	require.ErrorIs(t, err, ErrQuiet)
+	require.ErrorIs(t, c.Delete(ctx, "k", DeleteOptions{Quiet: true}), ErrQuiet)
+	_, err = c.Arith(ctx, "k", ArithOptions{Quiet: true})
+	require.ErrorIs(t, err, ErrQuiet)
+	_, err = c.Get(ctx, "bad key", GetOptions{})
+	require.ErrorIs(t, err, ErrInvalidKey)
+}
