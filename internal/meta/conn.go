@@ -287,14 +287,13 @@ func (c *Conn) readCall(cl *call) error {
 		return c.readBatch(cl)
 	}
 	err := ReadReply(c.br, &cl.rep, c.maxValue)
-	var se *ServerError
 	switch {
 	case err == nil:
 		if !cl.op.expects(cl.rep.Status) {
 			return fmt.Errorf("%w: reply %s to %s, which never answers so", ErrProtocol, cl.rep.Status, cl.op)
 		}
 		return nil
-	case errors.As(err, &se):
+	case isServerError(err):
 		cl.err = err
 		return nil
 	case errors.Is(err, ErrUnknownCommand):
@@ -316,9 +315,9 @@ func (c *Conn) readBatch(cl *call) error {
 	for {
 		rep := &c.scratch
 		err := ReadReply(c.br, rep, c.maxValue)
-		var se *ServerError
 		switch {
-		case errors.As(err, &se):
+		case err == nil:
+		case isServerError(err):
 			if cl.err == nil {
 				cl.err = err
 			}
@@ -364,6 +363,13 @@ func (c *Conn) readError(err error) error {
 		return fmt.Errorf("no reply from %s within %v: %w", c.nc.RemoteAddr(), c.timeout, err)
 	}
 	return fmt.Errorf("reading from %s: %w", c.nc.RemoteAddr(), err)
+}
+
+// isServerError and isClientError are functions so that their errors.As
+// target is allocated on error paths only.
+func isServerError(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se)
 }
 
 func isClientError(err error) bool {
