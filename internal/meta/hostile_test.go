@@ -369,3 +369,57 @@ func TestQuietRefused(t *testing.T) {
 	_, err = c.Get(ctx, "bad key", GetOptions{})
 	require.ErrorIs(t, err, ErrInvalidKey)
 }
+
+func TestHostileBatch(t *testing.T) {
+	tests := []struct {
+		name, reply, contains string
+	}{
+		{"opaque never sent", "VA 1 k0 O7\r\nx\r\nMN\r\n", "opaque 7, not one sent"},
+		{"no opaque", "VA 1 kk0\r\nx\r\nMN\r\n", "opaque 0, not one sent"},
+		{"key of another opaque", "VA 1 kk1 O1\r\nx\r\nMN\r\n", "for key \"k1\" with the opaque of key \"k0\""},
+		{"status of another command", "NS\r\nMN\r\n", "reply NS in a get batch"},
+		{"garbage", "hello\r\n", "unknown reply status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+				for {
+					line, err := readRequest(br)
+					if err != nil {
+						return
+					}
+					if line == "mn" {
+						nc.Write([]byte(tt.reply))
+					}
+				}
+			})
+			c := s.conn(t, Options{})
+			_, err := c.GetMulti(context.Background(), []string{"k0", "k1"}, GetOptions{Value: true})
+			require.ErrorIs(t, err, ErrProtocol)
+			require.ErrorIs(t, err, ErrConnClosed)
+			require.ErrorContains(t, err, tt.contains)
+		})
+	}
+	t.Run("server error among hits", func(t *testing.T) {
+		checkGoroutines(t)
+		s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+			for {
+				line, err := readRequest(br)
+				if err != nil {
+					return
+				}
+				if line == "mn" {
+					nc.Write([]byte("VA 1 kk0 O1\r\nx\r\nSERVER_ERROR out of memory\r\nMN\r\n"))
+				}
+			}
+		})
+		c := s.conn(t, Options{})
+		got, err := c.GetMulti(context.Background(), []string{"k0", "k1"}, GetOptions{Value: true})
+		var se *ServerError
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, "x", string(got["k0"].Value))
+		require.Len(t, got, 1)
+		require.NoError(t, c.Err())
+	})
+}

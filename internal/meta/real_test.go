@@ -332,3 +332,40 @@ func TestRealDetect(t *testing.T) {
 	p := m.pool(t, Options{})
 	require.NoError(t, p.Detect(context.Background()))
 }
+
+// Values up to memcached's item limit round-trip; a larger one is the
+// server's SERVER_ERROR, after which the connection is still in step.
+func TestRealLargeValues(t *testing.T) {
+	checkGoroutines(t)
+	m := startMemcached(t)
+	c := m.conn(t, Options{})
+	ctx := context.Background()
+	for _, n := range []int{0, 1, 4095, 4096, 64 << 10, 1<<20 - 512} {
+		v := make([]byte, n)
+		for i := range v {
+			v[i] = byte(i*7 + n)
+		}
+		k := fmt.Sprintf("large:%d", n)
+		_, err := c.Set(ctx, k, v, SetOptions{})
+		require.NoError(t, err, "%d bytes", n)
+		it, err := c.Get(ctx, k, GetOptions{Value: true, Size: true})
+		require.NoError(t, err)
+		require.Equal(t, v, it.Value, "%d bytes", n)
+		require.EqualValues(t, n, it.Size)
+	}
+	_, err := c.Set(ctx, "huge", make([]byte, 2<<20), SetOptions{})
+	var se *ServerError
+	require.ErrorAs(t, err, &se)
+	require.Contains(t, se.Msg, "too large")
+	require.NoError(t, c.Err())
+	require.NoError(t, c.Noop(ctx))
+	_, err = c.Get(ctx, "huge", GetOptions{Value: true})
+	require.ErrorIs(t, err, ErrMiss)
+
+	// A client bound below the server's: the value is refused unread and
+	// the connection closed.
+	small := m.conn(t, Options{MaxValueSize: 1000})
+	_, err = small.Get(ctx, "large:4096", GetOptions{Value: true})
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "value of 4096 bytes exceeds the limit of 1000")
+}
