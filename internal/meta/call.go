@@ -96,6 +96,21 @@ func putCall(cl *call) {
 	callPool.Put(cl)
 }
 
+// opaque is the opaque cl's request was sent with, 0 for none.
+func (cl *call) opaque() uint32 {
+	switch cl.op {
+	case opGet:
+		return cl.get.Opaque
+	case opSet:
+		return cl.set.Opaque
+	case opDelete:
+		return cl.del.Opaque
+	case opArith:
+		return cl.arith.Opaque
+	}
+	return 0
+}
+
 // encode appends cl's request to dst. Keys were checked before.
 func (cl *call) encode(dst []byte) []byte {
 	switch cl.op {

@@ -289,11 +289,12 @@ func (c *Conn) readCall(cl *call) error {
 	err := ReadReply(c.br, &cl.rep, c.maxValue)
 	switch {
 	case err == nil:
-		if !cl.op.expects(cl.rep.Status) {
-			return fmt.Errorf("%w: reply %s to %s, which never answers so", ErrProtocol, cl.rep.Status, cl.op)
-		}
-		return nil
-	case isServerError(err):
+		return cl.check()
+	case isServerError(err) || isClientError(err):
+		// memcached answers these per command and stays in step: after a
+		// refused ms it swallows the value (proto_text.c, conn_swallow).
+		// The requests this package encodes are well formed, so a
+		// CLIENT_ERROR is a refusal such as ma of a non-numeric value.
 		cl.err = err
 		return nil
 	case errors.Is(err, ErrUnknownCommand):
@@ -301,12 +302,27 @@ func (c *Conn) readCall(cl *call) error {
 		if cl.op == opNoop {
 			cl.err = fmt.Errorf("%w: mn answered ERROR (%w)", ErrNoMeta, err)
 		}
+		// An ms's value would be read as a command of its own.
 		return fmt.Errorf("server answered %s with ERROR, so it may not read the stream as sent: %w", cl.op, err)
-	case isClientError(err):
-		cl.err = err
-		return fmt.Errorf("server refused %s, so it may not read the stream as sent: %w", cl.op, err)
 	}
 	return c.readError(err)
+}
+
+// check reports a reply that cannot be cl's: a status its command never
+// gets, or a key or opaque not the one sent. Either means the stream is
+// out of step.
+func (cl *call) check() error {
+	rep := &cl.rep
+	if !cl.op.expects(rep.Status) {
+		return fmt.Errorf("%w: reply %s to %s, which never answers so", ErrProtocol, rep.Status, cl.op)
+	}
+	if rep.Has&RetKey != 0 && string(rep.Key) != cl.key {
+		return fmt.Errorf("%w: reply for key %q to %s of key %q", ErrProtocol, trunc(rep.Key), cl.op, cl.key)
+	}
+	if rep.Has&RetOpaque != 0 && rep.Opaque != cl.opaque() {
+		return fmt.Errorf("%w: reply with opaque %d to %s %q sent with opaque %d", ErrProtocol, rep.Opaque, cl.op, cl.key, cl.opaque())
+	}
+	return nil
 }
 
 // readBatch reads the replies of a GetMulti batch, hits only, up to MN.
@@ -317,12 +333,12 @@ func (c *Conn) readBatch(cl *call) error {
 		err := ReadReply(c.br, rep, c.maxValue)
 		switch {
 		case err == nil:
-		case isServerError(err):
+		case isServerError(err) || isClientError(err):
 			if cl.err == nil {
 				cl.err = err
 			}
 			continue
-		case errors.Is(err, ErrUnknownCommand) || isClientError(err):
+		case errors.Is(err, ErrUnknownCommand):
 			cl.err = err
 			return fmt.Errorf("server answered a get batch with %w", err)
 		case err != nil:

@@ -52,9 +52,10 @@ type ServerError struct {
 
 func (e *ServerError) Error() string { return "meta: SERVER_ERROR " + e.Msg }
 
-// ClientError is a CLIENT_ERROR reply: the server found the request
-// malformed. The connection is closed after it, since the server may have
-// read the request differently from how it was meant.
+// ClientError is a CLIENT_ERROR reply: the server refused the request,
+// e.g. "cannot increment or decrement non-numeric value". memcached stays
+// in step after it (it skips a refused ms's value), and so does the
+// connection.
 type ClientError struct {
 	Msg string
 }

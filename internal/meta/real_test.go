@@ -196,9 +196,10 @@ func TestRealCommands(t *testing.T) {
 		_, err = c.Arith(ctx, "not-a-number", ArithOptions{Delta: 1})
 		var ce *ClientError
 		require.ErrorAs(t, err, &ce, "memcached answers CLIENT_ERROR for a non-numeric value")
+		require.Contains(t, ce.Msg, "non-numeric")
+		require.NoError(t, c.Err(), "a CLIENT_ERROR leaves the connection in step")
 	})
 	t.Run("noop", func(t *testing.T) {
-		c := m.conn(t, Options{}) // the arith CLIENT_ERROR closed c
 		require.NoError(t, c.Noop(ctx))
 	})
 }
