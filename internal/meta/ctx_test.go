@@ -1,9 +1,12 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -11,10 +14,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// stop SIGSTOPs the server and waits until all its threads are stopped
+// (kill only queues the signal).
 func (m *memcached) stop(t *testing.T) {
 	t.Helper()
-	require.NoError(t, syscall.Kill(m.cmd.Process.Pid, syscall.SIGSTOP))
-	t.Cleanup(func() { syscall.Kill(m.cmd.Process.Pid, syscall.SIGCONT) })
+	pid := m.cmd.Process.Pid
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	require.Eventually(t, func() bool {
+		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return false
+			}
+			// pid (comm) state ...: the state follows the last ')'.
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return len(stats) > 0
+	}, 2*time.Second, time.Millisecond, "memcached did not stop")
 }
 
 func (m *memcached) cont(t *testing.T) {

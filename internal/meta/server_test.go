@@ -1,11 +1,15 @@
 package meta
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,8 +17,9 @@ import (
 
 // memcached is a real memcached process on loopback.
 type memcached struct {
-	addr string
-	cmd  *exec.Cmd
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has exited
 }
 
 // startMemcached starts a memcached 1.6 on a free loopback port, which the
@@ -29,9 +34,25 @@ func startMemcached(t testing.TB, extra ...string) *memcached {
 		}
 		t.Skipf("memcached is not installed: %v", err)
 	}
+	// A free port can be taken by another process between our probe and
+	// memcached's bind (other tests run memcached on this machine too), so
+	// a start counts only if the server answering is our process.
+	for attempt := 0; ; attempt++ {
+		m, err := tryMemcached(bin, extra)
+		if err == nil {
+			t.Cleanup(m.kill)
+			return m
+		}
+		if attempt == 4 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryMemcached(bin string, extra []string) (*memcached, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
@@ -42,23 +63,60 @@ func startMemcached(t testing.TB, extra ...string) *memcached {
 		m.cmd.Args = append(m.cmd.Args, "-u", "nobody")
 	}
 	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() {
-		m.cmd.Process.Signal(syscall.SIGCONT)
-		m.cmd.Process.Kill()
-		m.cmd.Wait()
-	})
+	exited := make(chan struct{})
+	go func() { m.cmd.Wait(); close(exited) }()
+	m.exited = exited
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return m
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("memcached on %s exited at start", addr)
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("memcached at %s did not start: %v", addr, err)
+		pid, err := serverPid(addr)
+		if err == nil && pid == m.cmd.Process.Pid {
+			return m, nil
+		}
+		if err == nil || time.Now().After(deadline) {
+			m.kill()
+			return nil, fmt.Errorf("memcached at %s did not start as pid %d (pid %d answered): %v", addr, m.cmd.Process.Pid, pid, err)
 		}
 	}
+}
+
+// serverPid asks the server at addr for its pid (stats).
+func serverPid(addr string) (int, error) {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(time.Second))
+	if _, err := nc.Write([]byte("stats\r\n")); err != nil {
+		return 0, err
+	}
+	br := bufio.NewReader(nc)
+	pid := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		line = strings.TrimSpace(line)
+		if line == "END" {
+			return pid, nil
+		}
+		if p, ok := strings.CutPrefix(line, "STAT pid "); ok {
+			pid, _ = strconv.Atoi(p)
+		}
+	}
+}
+
+func (m *memcached) kill() {
+	m.cmd.Process.Signal(syscall.SIGCONT)
+	m.cmd.Process.Kill()
+	<-m.exited
 }
 
 func (m *memcached) dial(ctx context.Context) (net.Conn, error) {
