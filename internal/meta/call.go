@@ -96,6 +96,21 @@ func putCall(cl *call) {
 	callPool.Put(cl)
 }
 
+// setOpaque sets the opaque cl's request is sent with, except for mn
+// (which takes no flags) and batches (whose opaques are key indexes).
+func (cl *call) setOpaque(o uint32) {
+	switch cl.op {
+	case opGet:
+		cl.get.Opaque = o
+	case opSet:
+		cl.set.Opaque = o
+	case opDelete:
+		cl.del.Opaque = o
+	case opArith:
+		cl.arith.Opaque = o
+	}
+}
+
 // opaque is the opaque cl's request was sent with, 0 for none.
 func (cl *call) opaque() uint32 {
 	switch cl.op {

@@ -53,6 +53,11 @@ func (o Options) timeout() time.Duration {
 // read deadline is the oldest pending request's queueing time plus the
 // timeout (none when idle).
 //
+// Each request but mn is sent with an opaque of its own (O<n>, replacing
+// the caller's), which memcached copies into its reply; a reply whose
+// opaque (or key, when returned) is not its request's means the stream is
+// out of step, and fails the connection.
+//
 // A request whose context ends first returns at once with an error
 // wrapping ctx.Err(); its reply is still read, and discarded, so the
 // connection stays in step and usable. A Conn that failed (timeout,
@@ -74,8 +79,9 @@ type Conn struct {
 	writing bool    // a goroutine is writing wbuf out
 	queue   []*call // pending requests, oldest first, from head
 	head    int
-	reading *call // the request whose reply the reader is reading
-	err     error // why the connection is closed; nil while open
+	reading *call  // the request whose reply the reader is reading
+	err     error  // why the connection is closed; nil while open
+	seq     uint32 // the last opaque sent
 
 	scratch Reply // the reader's, for batch replies
 }
@@ -158,6 +164,11 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		putCall(cl)
 		return err
 	}
+	c.seq++
+	if c.seq == 0 {
+		c.seq = 1
+	}
+	cl.setOpaque(c.seq)
 	c.wbuf = cl.encode(c.wbuf)
 	now := time.Now()
 	if c.head == len(c.queue) {

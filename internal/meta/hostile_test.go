@@ -31,7 +31,7 @@ func TestHostileReplies(t *testing.T) {
 		{"reply of another command", "MN\r\n", ErrProtocol, "reply MN to mg", true},
 		{"garbled number", "VA 2 fxyz\r\nhi\r\n", ErrProtocol, "garbled number in return flag \"fxyz\"", true},
 		{"reply for another key", "VA 2 kother\r\nhi\r\n", ErrProtocol, "reply for key \"other\" to mg of key \"k\"", true},
-		{"reply with another opaque", "VA 2 O9\r\nhi\r\n", ErrProtocol, "reply with opaque 9 to mg \"k\" sent with opaque 0", true},
+		{"reply with another opaque", "VA 2 O9\r\nhi\r\n", ErrProtocol, "reply with opaque 9 to mg \"k\" sent with opaque 1", true},
 		{"ERROR", "ERROR\r\n", ErrUnknownCommand, "ERROR", true},
 		{"CLIENT_ERROR", "CLIENT_ERROR bad command line format\r\n", nil, "CLIENT_ERROR bad command line format", false},
 		{"SERVER_ERROR", "SERVER_ERROR out of memory storing object\r\n", nil, "SERVER_ERROR out of memory storing object", false},
@@ -326,4 +326,43 @@ func TestHostileBatch(t *testing.T) {
 		require.Len(t, got, 1)
 		require.NoError(t, c.Err())
 	})
+}
+
+// opaqueOf returns the O token of a request line ("O12"), or "".
+func opaqueOf(line string) string {
+	for _, f := range strings.Fields(line) {
+		if strings.HasPrefix(f, "O") {
+			return f
+		}
+	}
+	return ""
+}
+
+// A reply sent twice while other requests are pending: the opaque shows
+// that the second copy is not the next request's, so the connection is
+// failed rather than handing the next request a wrong answer.
+func TestHostileDuplicateReply(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		var ops []string
+		for range 2 {
+			line, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			ops = append(ops, opaqueOf(line))
+		}
+		nc.Write([]byte("EN " + ops[0] + "\r\nEN " + ops[0] + "\r\nEN " + ops[1] + "\r\n"))
+		readRequest(br)
+	})
+	c := s.conn(t, Options{})
+	errs := make(chan error, 2)
+	go func() { _, err := c.Get(context.Background(), "a", GetOptions{}); errs <- err }()
+	require.Eventually(t, func() bool { return c.Outstanding() == 1 }, time.Second, time.Millisecond)
+	go func() { _, err := c.Get(context.Background(), "b", GetOptions{}); errs <- err }()
+	first, second := <-errs, <-errs
+	require.ErrorIs(t, first, ErrMiss)
+	require.ErrorIs(t, second, ErrProtocol)
+	require.ErrorContains(t, second, "reply with opaque 1 to mg \"b\" sent with opaque 2")
+	require.Error(t, c.Err())
 }

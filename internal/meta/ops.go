@@ -33,7 +33,7 @@ func itemOf(rep *Reply) Item {
 		CAS:         rep.CAS,
 		TTL:         rep.TTL,
 		Size:        rep.Size,
-		Has:         rep.Has,
+		Has:         rep.Has &^ RetOpaque, // the Conn's, not the caller's
 	}
 	if rep.Status == StatusVA {
 		it.Value = rep.Value[:len(rep.Value):len(rep.Value)]
@@ -70,7 +70,8 @@ func statusErr(s Status) error {
 }
 
 // Get sends mg for key with o's flags. A miss is ErrMiss. o.Quiet is
-// refused with ErrQuiet (a quiet miss has no reply).
+// refused with ErrQuiet (a quiet miss has no reply); o.Opaque is replaced
+// by the Conn's own (see [Conn]), as in the other requests.
 func (c *Conn) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
 	if err := CheckKey(key); err != nil {
 		return Item{}, err
@@ -120,7 +121,7 @@ func (c *Conn) Set(ctx context.Context, key string, value []byte, o SetOptions) 
 	if err := statusErr(cl.rep.Status); err != nil {
 		return Item{}, err
 	}
-	return Item{CAS: cl.rep.CAS, Has: cl.rep.Has}, nil
+	return Item{CAS: cl.rep.CAS, Has: cl.rep.Has &^ RetOpaque}, nil
 }
 
 // Delete sends md for key with o's flags. NF is ErrNotFound, EX (CAS
@@ -166,7 +167,7 @@ func (c *Conn) Arith(ctx context.Context, key string, o ArithOptions) (Counter, 
 	if err := statusErr(cl.rep.Status); err != nil {
 		return Counter{}, err
 	}
-	n := Counter{TTL: cl.rep.TTL, CAS: cl.rep.CAS, Has: cl.rep.Has}
+	n := Counter{TTL: cl.rep.TTL, CAS: cl.rep.CAS, Has: cl.rep.Has &^ RetOpaque}
 	if cl.rep.Status == StatusVA {
 		v, ok := parseUint(cl.rep.Value, 1<<64-1)
 		if !ok {

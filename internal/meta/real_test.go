@@ -57,7 +57,7 @@ func TestRealCommands(t *testing.T) {
 		require.ErrorIs(t, err, ErrMiss)
 	})
 	t.Run("opaque", func(t *testing.T) {
-		// Opaque is copied back; Get checks nothing of it but it must parse.
+		// The Conn replaces the opaque with its own, and checks it.
 		it := get(t, "foo", GetOptions{Value: true, Opaque: 42})
 		require.Equal(t, "hi", string(it.Value))
 	})
