@@ -356,11 +356,11 @@ func TestHostileDuplicateReply(t *testing.T) {
 		readRequest(br)
 	})
 	c := s.conn(t, Options{})
-	errs := make(chan error, 2)
-	go func() { _, err := c.Get(context.Background(), "a", GetOptions{}); errs <- err }()
+	errA, errB := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := c.Get(context.Background(), "a", GetOptions{}); errA <- err }()
 	require.Eventually(t, func() bool { return c.Outstanding() == 1 }, time.Second, time.Millisecond)
-	go func() { _, err := c.Get(context.Background(), "b", GetOptions{}); errs <- err }()
-	first, second := <-errs, <-errs
+	go func() { _, err := c.Get(context.Background(), "b", GetOptions{}); errB <- err }()
+	first, second := <-errA, <-errB
 	require.ErrorIs(t, first, ErrMiss)
 	require.ErrorIs(t, second, ErrProtocol)
 	require.ErrorContains(t, second, "reply with opaque 1 to mg \"b\" sent with opaque 2")
