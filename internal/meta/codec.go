@@ -1,24 +1,3 @@
-// Package meta speaks memcached's meta protocol (memcached 1.6 or later):
-// a codec that encodes requests and parses replies, a pipelined connection
-// ([Conn]) that many goroutines share, and a small per-server pool of them
-// ([Pool]) with a typed API (Get, Set, Delete, Arith, GetMulti, Noop).
-//
-// # Codec
-//
-// The Append* functions append one request to a caller's buffer and
-// allocate nothing; [ReadReply] parses one reply from a *bufio.Reader into
-// a caller's [Reply], and allocates at most the value's bytes, never more
-// than the configured maximum value size.
-//
-// # Errors
-//
-// A server's error answers are typed: [*ServerError] (SERVER_ERROR, e.g.
-// out of memory), [*ClientError] (CLIENT_ERROR) and [ErrUnknownCommand]
-// (ERROR). Results that are not failures of the request are sentinels:
-// [ErrMiss], [ErrNotStored], [ErrExists], [ErrNotFound]. Malformed replies
-// wrap [ErrProtocol]; a connection that failed, timed out or was closed
-// fails its requests with an error wrapping [ErrConnClosed], the transport
-// error, or os.ErrDeadlineExceeded for a timeout.
 package meta
 
 import (

@@ -18,10 +18,11 @@ const DefaultTimeout = 500 * time.Millisecond
 // Options configure a [Conn] or a [Pool]. The zero value means the
 // defaults.
 type Options struct {
-	// Timeout bounds how long a request may wait for its reply once sent,
-	// and how long a write may block; 0 means DefaultTimeout. When it
-	// passes, the connection is closed and every pending request fails with
-	// an error wrapping os.ErrDeadlineExceeded.
+	// Timeout bounds how long the oldest pending request may wait for its
+	// reply once queued, how long a write may block, and a Pool's dial; 0
+	// means DefaultTimeout. When a reply or a write is late, the
+	// connection is closed and every pending request fails with an error
+	// wrapping os.ErrDeadlineExceeded (and ErrConnClosed).
 	Timeout time.Duration
 	// MaxValueSize bounds a value read; 0 means DefaultMaxValueSize. A
 	// larger value is a protocol error that closes the connection.
@@ -60,7 +61,9 @@ func (o Options) timeout() time.Duration {
 //
 // A request whose context ends first returns at once with an error
 // wrapping ctx.Err(); its reply is still read, and discarded, so the
-// connection stays in step and usable. A Conn that failed (timeout,
+// connection stays in step and usable. (One exception: a goroutine that
+// is writing the queued requests out returns once its write is done,
+// which Timeout bounds; a write blocks only if the server stops reading.) A Conn that failed (timeout,
 // transport error, malformed reply) is closed and fails every request
 // pending on it; it is not reopened: [Pool] dials a new one.
 type Conn struct {

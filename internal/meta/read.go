@@ -143,7 +143,7 @@ func (c *Conn) readBatch(cl *call) error {
 		has := rep.Has
 		rep.Has &^= RetKey // b.keys[i] is the key; no copy of it
 		b.items[i] = itemOf(rep)
-		b.items[i].Key, b.items[i].Has = b.keys[i], has
+		b.items[i].Key, b.items[i].Has = b.keys[i], has&^RetOpaque
 		b.hit[i] = true
 		if rep.Status == StatusVA {
 			rep.Value = nil // the item owns it now
