@@ -3,8 +3,13 @@ package meta
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net"
+	"sync"
 	"testing"
+	"time"
 )
 
 // FuzzReply feeds arbitrary bytes to ReadReply, reply after reply: it must
@@ -73,4 +78,58 @@ func sameReply(a, b *Reply) bool {
 	return a.Status == b.Status && a.Has == b.Has && bytes.Equal(a.Value, b.Value) &&
 		a.TTL == b.TTL && a.ClientFlags == b.ClientFlags && a.CAS == b.CAS &&
 		a.Size == b.Size && bytes.Equal(a.Key, b.Key) && a.Opaque == b.Opaque
+}
+
+// FuzzConn answers a Conn's requests with arbitrary bytes: every request
+// must return (no hang, no panic), values stay within the bound, and
+// Close leaves no goroutine behind.
+func FuzzConn(f *testing.F) {
+	for _, s := range []string{
+		"VA 2 O1\r\nhi\r\nHD O2\r\nVA 1 O1 kk0\r\nx\r\nMN\r\n",
+		"EN O1\r\nEN O2\r\nMN\r\n",
+		"SERVER_ERROR oom\r\nCLIENT_ERROR bad\r\nMN\r\n",
+		"ERROR\r\n",
+		"VA 999999999\r\n",
+		"VA 5 O1\r\nhi",
+		"HD O7\r\n",
+		"MN\r\nMN\r\nMN\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		client, server := net.Pipe()
+		go func() {
+			io.Copy(io.Discard, server) // read whatever is sent
+		}()
+		go func() {
+			server.Write(data)
+		}()
+		c := NewConn(client, Options{Timeout: 50 * time.Millisecond, MaxValueSize: 64})
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			it, _ := c.Get(ctx, "k", GetOptions{Value: true})
+			if len(it.Value) > 64 {
+				t.Errorf("value of %d bytes", len(it.Value))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			c.Set(ctx, "k", []byte("v"), SetOptions{})
+		}()
+		go func() {
+			defer wg.Done()
+			m, _ := c.GetMulti(ctx, []string{"k0", "k1"}, GetOptions{Value: true})
+			for _, it := range m {
+				if len(it.Value) > 64 {
+					t.Errorf("value of %d bytes", len(it.Value))
+				}
+			}
+		}()
+		wg.Wait()
+		c.Close()
+		server.Close()
+	})
 }
