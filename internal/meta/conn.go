@@ -138,16 +138,20 @@ func (c *Conn) Outstanding() int { return int(c.outstanding.Load()) }
 // request.
 func (c *Conn) fail(cause error) {
 	c.mu.Lock()
-	if c.err == nil {
+	first := c.err == nil
+	if first {
 		c.err = fmt.Errorf("%w: %w", ErrConnClosed, cause)
 		c.failed.Store(true)
-		c.nc.Close()
 	}
 	q := c.queue[c.head:]
 	c.queue, c.head = nil, 0
 	reading := c.reading
 	err := c.err
 	c.mu.Unlock()
+	if first {
+		// Not under c.mu: a tls.Conn's Close may wait for a blocked write.
+		c.nc.Close()
+	}
 	for _, cl := range q {
 		if cl == reading {
 			continue // the reader delivers it when its read fails
