@@ -1,0 +1,152 @@
+package meta
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// op is the kind of a pipeline entry.
+type op uint8
+
+const (
+	opGet op = iota + 1
+	opSet
+	opDelete
+	opArith
+	opNoop
+	opBatch // quiet mg per key, then mn
+)
+
+var opNames = [...]string{"?", "mg", "ms", "md", "ma", "mn", "mg batch"}
+
+func (o op) String() string { return opNames[o] }
+
+// expects reports whether s is a reply o can get; any other is a sign
+// that the stream is out of step.
+func (o op) expects(s Status) bool {
+	switch o {
+	case opGet:
+		return s == StatusVA || s == StatusHD || s == StatusEN
+	case opSet:
+		return s == StatusHD || s == StatusNS || s == StatusEX || s == StatusNF
+	case opDelete:
+		return s == StatusHD || s == StatusNF || s == StatusEX
+	case opArith:
+		return s == StatusHD || s == StatusVA || s == StatusNF || s == StatusNS || s == StatusEX
+	case opNoop:
+		return s == StatusMN
+	}
+	return false
+}
+
+// The states of a call: waiting for its reply, answered, or left by its
+// caller (whose context ended), in which case the reader recycles it.
+const (
+	callWaiting int32 = iota
+	callDone
+	callAbandoned
+)
+
+// call is one pipeline entry: a request, and then its reply. Calls are
+// recycled through callPool so that a request allocates nothing.
+type call struct {
+	state atomic.Int32
+	done  chan struct{} // receives once, when state becomes callDone
+
+	op    op
+	key   string
+	value []byte
+	get   GetOptions
+	set   SetOptions
+	del   DeleteOptions
+	arith ArithOptions
+	batch *batch
+
+	sent time.Time // when it was queued: its reply is due by sent+timeout
+	rep  Reply
+	err  error
+}
+
+// batch is a GetMulti's keys and, by index (opaque-1), its hits.
+type batch struct {
+	keys  []string
+	items []Item
+	hit   []bool
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall(o op, key string) *call {
+	cl := callPool.Get().(*call)
+	cl.state.Store(callWaiting)
+	cl.op, cl.key = o, key
+	return cl
+}
+
+// putCall recycles cl, keeping its value buffer unless it is large.
+func putCall(cl *call) {
+	v, k := cl.rep.Value[:0], cl.rep.Key[:0]
+	if cap(v) > 4<<10 {
+		v = nil
+	}
+	done := cl.done
+	*cl = call{done: done}
+	cl.rep.Value, cl.rep.Key = v, k
+	callPool.Put(cl)
+}
+
+// setOpaque sets the opaque cl's request is sent with, except for mn
+// (which takes no flags) and batches (whose opaques are key indexes).
+func (cl *call) setOpaque(o uint32) {
+	switch cl.op {
+	case opGet:
+		cl.get.Opaque = o
+	case opSet:
+		cl.set.Opaque = o
+	case opDelete:
+		cl.del.Opaque = o
+	case opArith:
+		cl.arith.Opaque = o
+	}
+}
+
+// opaque is the opaque cl's request was sent with, 0 for none.
+func (cl *call) opaque() uint32 {
+	switch cl.op {
+	case opGet:
+		return cl.get.Opaque
+	case opSet:
+		return cl.set.Opaque
+	case opDelete:
+		return cl.del.Opaque
+	case opArith:
+		return cl.arith.Opaque
+	}
+	return 0
+}
+
+// encode appends cl's request to dst. Keys were checked before.
+func (cl *call) encode(dst []byte) []byte {
+	switch cl.op {
+	case opGet:
+		dst, _ = AppendGet(dst, cl.key, cl.get)
+	case opSet:
+		dst, _ = AppendSet(dst, cl.key, cl.value, cl.set)
+	case opDelete:
+		dst, _ = AppendDelete(dst, cl.key, cl.del)
+	case opArith:
+		dst, _ = AppendArith(dst, cl.key, cl.arith)
+	case opNoop:
+		dst = AppendNoop(dst)
+	case opBatch:
+		o := cl.get
+		o.Quiet, o.Key = true, true
+		for i, k := range cl.batch.keys {
+			o.Opaque = uint32(i + 1)
+			dst, _ = AppendGet(dst, k, o)
+		}
+		dst = AppendNoop(dst)
+	}
+	return dst
+}

@@ -1,0 +1,220 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// DefaultMaxConns is a Pool's default connection limit. Each connection
+// is pipelined, so a few carry a server's whole load; a second one lets
+// requests go on while one is stuck behind a large value.
+const DefaultMaxConns = 2
+
+// Pool is a small set of pipelined connections to one server, safe for
+// concurrent use.
+//
+// Connections are dialed lazily, by the first request that finds none
+// idle while fewer than MaxConns exist; otherwise a request goes to the
+// connection with the fewest outstanding requests. A connection that
+// failed is dropped when next seen, and a new one is dialed in its place
+// on demand. A request is never retried: a request whose connection fails
+// returns that failure.
+//
+// The zero Pool is not usable; call [NewPool].
+type Pool struct {
+	dial func(ctx context.Context) (net.Conn, error)
+	opts Options
+	max  int
+
+	mu       sync.Mutex
+	conns    []*Conn
+	dialing  int
+	dialDone chan struct{} // closed and replaced whenever a dial ends
+	closed   bool
+}
+
+// NewPool returns a Pool that dials connections with dial, which may
+// return TCP, TLS or unix-socket connections; its context bounds the dial
+// (by the request's context and o's Timeout). Nothing is dialed yet.
+func NewPool(dial func(ctx context.Context) (net.Conn, error), o Options) *Pool {
+	p := &Pool{dial: dial, opts: o, max: o.MaxConns, dialDone: make(chan struct{})}
+	if p.max <= 0 {
+		p.max = DefaultMaxConns
+	}
+	return p
+}
+
+// Close closes every connection, failing their pending requests, and
+// makes later requests fail with ErrConnClosed. It is idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+var errPoolClosed = fmt.Errorf("%w: pool closed", ErrConnClosed)
+
+// conn picks the connection for one request, dialing one if it must.
+func (p *Pool) conn(ctx context.Context) (*Conn, error) {
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		if dead := p.dropFailedLocked(); dead != nil {
+			p.mu.Unlock()
+			for _, c := range dead {
+				c.Close()
+			}
+			p.mu.Lock()
+			continue
+		}
+		var best *Conn
+		for _, c := range p.conns {
+			if best == nil || c.Outstanding() < best.Outstanding() {
+				best = c
+			}
+		}
+		room := len(p.conns)+p.dialing < p.max
+		if best != nil && (best.Outstanding() == 0 || !room) {
+			p.mu.Unlock()
+			return best, nil
+		}
+		if room {
+			return p.dialLocked(ctx, best)
+		}
+		// No connection yet and every slot is being dialed: wait for one.
+		ch := p.dialDone
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("meta: waiting for a connection: %w", ctx.Err())
+		}
+		p.mu.Lock()
+	}
+}
+
+// dropFailedLocked removes the failed connections and returns them, to be
+// closed without p.mu held.
+func (p *Pool) dropFailedLocked() []*Conn {
+	var dead []*Conn
+	live := p.conns[:0]
+	for _, c := range p.conns {
+		if c.failed.Load() {
+			dead = append(dead, c)
+		} else {
+			live = append(live, c)
+		}
+	}
+	clear(p.conns[len(live):])
+	p.conns = live
+	return dead
+}
+
+// dialLocked dials a new connection, with p.mu held on entry and released
+// on return. If the dial fails, fallback (if any) is used instead.
+func (p *Pool) dialLocked(ctx context.Context, fallback *Conn) (*Conn, error) {
+	p.dialing++
+	p.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, p.opts.timeout())
+	nc, err := p.dial(dctx)
+	cancel()
+	p.mu.Lock()
+	p.dialing--
+	close(p.dialDone)
+	p.dialDone = make(chan struct{})
+	if err != nil {
+		p.mu.Unlock()
+		if fallback != nil {
+			return fallback, nil
+		}
+		return nil, fmt.Errorf("meta: dial: %w", err)
+	}
+	c := NewConn(nc, p.opts)
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return nil, errPoolClosed
+	}
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+	return c, nil
+}
+
+// Detect tells whether the server speaks the meta protocol, by sending mn
+// on a connection. It returns nil if it does, an error wrapping ErrNoMeta
+// if the server answered ERROR (memcached before 1.6; use the classic
+// protocol), or the error that kept it from knowing (dial, timeout).
+func (p *Pool) Detect(ctx context.Context) error {
+	err := p.Noop(ctx)
+	if err != nil && !errors.Is(err, ErrNoMeta) {
+		return fmt.Errorf("meta: detecting the meta protocol: %w", err)
+	}
+	return err
+}
+
+// Get is [Conn.Get] on one of p's connections.
+func (p *Pool) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return Item{}, err
+	}
+	return c.Get(ctx, key, o)
+}
+
+// Set is [Conn.Set] on one of p's connections.
+func (p *Pool) Set(ctx context.Context, key string, value []byte, o SetOptions) (Item, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return Item{}, err
+	}
+	return c.Set(ctx, key, value, o)
+}
+
+// Delete is [Conn.Delete] on one of p's connections.
+func (p *Pool) Delete(ctx context.Context, key string, o DeleteOptions) error {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Delete(ctx, key, o)
+}
+
+// Arith is [Conn.Arith] on one of p's connections.
+func (p *Pool) Arith(ctx context.Context, key string, o ArithOptions) (Counter, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return Counter{}, err
+	}
+	return c.Arith(ctx, key, o)
+}
+
+// GetMulti is [Conn.GetMulti] on one of p's connections: all of keys go to
+// this one server in one batch.
+func (p *Pool) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[string]Item, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.GetMulti(ctx, keys, o)
+}
+
+// Noop is [Conn.Noop] on one of p's connections.
+func (p *Pool) Noop(ctx context.Context) error {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Noop(ctx)
+}
