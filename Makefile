@@ -18,12 +18,14 @@ test: unit e2e
 # The metrics adapters in extra/ are modules of their own, which go test
 # ./... at the root skips: each is vetted and tested in its directory. The
 # race detector makes allocation counts vary (sync.Pool drops items at
-# random), so TestMetricsAllocs compares them in a run without it.
+# random), so TestMetricsAllocs, TestClientAllocs and internal/meta's
+# allocation tests count them in a run without it.
 EXTRA_MODULES = extra/selectorotel extra/selectorprometheus
 
 unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -run '^Test(Metrics|Client)Allocs$$' .
+	SELECTOR_REQUIRE_PEERS=1 $(GO) test -count=1 -run 'Allocs$$' ./internal/meta/
 	for m in $(EXTRA_MODULES); do (cd $$m && SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...) || exit 1; done
 	cd examples && $(GO) build ./...
 
