@@ -75,9 +75,13 @@ demo:
 
 # make bench: PickServer and rebuild benchmarks, and Get, Set and GetMulti
 # end to end over real memcached through ours, gomemcache and twemproxy
-# (internal/proxybench, BenchmarkProxy), then the ring's routing-quality
-# figures (TestQualityMeasure -quality-json), from which and the benchmark
-# output internal/benchreport writes BENCHMARKS.md, then prints it.
+# (internal/proxybench, BenchmarkProxy), the Client against gomemcache's own
+# Client at its best (MaxIdleConns 64) and default configurations, 1 and 64
+# goroutines over 3 memcached (BenchmarkClientVsGomemcache, at the machine's
+# GOMAXPROCS), then the ring's routing-quality figures (TestQualityMeasure
+# -quality-json), from which and the benchmark output internal/benchreport
+# writes BENCHMARKS.md, then prints it, and last the PASS or MISS of each of
+# the Client-against-gomemcache goals (bench-goals.out).
 # BENCH_COUNT rounds each run every benchmark once, so that ours and
 # gomemcache are measured seconds apart and a burst of other work on the
 # machine slows both alike. BENCH_COUNT and BENCH_TIME trade time for
@@ -97,25 +101,28 @@ bench: bench-deps
 	cat /proc/loadavg > bench-loadavg.out
 	$(GO) test -c -o bench.test .
 	$(GO) test -c -o proxybench.test ./internal/proxybench
-	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-quality.out
+	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-client.out bench-goals.out bench-quality.out
 	for round in $$(seq $(BENCH_COUNT)); do \
 		echo "round $$round of $(BENCH_COUNT)"; \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1 -test.bench '^BenchmarkPickServer$$' | tee -a bench-pick.out && \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^BenchmarkPickServerParallel$$' | tee -a bench-pick.out && \
 		./bench.test $(BENCH_FLAGS) -test.bench '^BenchmarkRebuild' | tee -a bench-rebuild.out && \
-		./proxybench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^Benchmark(Proxy|Pool)$$' | tee -a bench-proxy.out || exit 1; \
+		./proxybench.test $(BENCH_FLAGS) -test.cpu 1,2 -test.bench '^Benchmark(Proxy|Pool)$$' | tee -a bench-proxy.out && \
+		./proxybench.test $(BENCH_FLAGS) -test.bench '^BenchmarkClientVsGomemcache$$' -proxy.vs-rotate $$round | tee -a bench-client.out || exit 1; \
 	done
 	./bench.test -test.run '^TestQualityMeasure$$' -test.count 1 -test.timeout 30m -test.v -quality-json bench-quality.out
 	rm -f bench.test proxybench.test
 	@rm -f benchstat.out; \
 	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out && \
-		$(GO) run $(BENCHSTAT) -col '/impl@(ours gomemcache twemproxy)' -filter '.unit:(sec/op OR p50-ns OR p99-ns)' bench-proxy.out; } >benchstat.tmp 2>benchstat-err.out; \
+		$(GO) run $(BENCHSTAT) -col '/impl@(ours gomemcache twemproxy)' -filter '.unit:(sec/op OR p50-ns OR p99-ns)' bench-proxy.out && \
+		$(GO) run $(BENCHSTAT) -col '/impl@(gomemcache-best client gomemcache-default)' -filter '.unit:(sec/op OR ops/s OR p99-ns OR allocs/op)' bench-client.out; } >benchstat.tmp 2>benchstat-err.out; \
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -benchstat benchstat.out -loadavg bench-loadavg.out \
-		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)"
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out \
+		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)" >bench-goals.out
 	@cat BENCHMARKS.md
+	@echo; echo "The Client against gomemcache (BenchmarkClientVsGomemcache; BENCHMARKS.md has the tables):"; cat bench-goals.out
 
 # bench-deps: memcached and nutcracker (twemproxy) for BenchmarkProxy, from
 # apt-get where they are missing and this is root on Debian. It never fails

@@ -1,14 +1,18 @@
-// Benchreport writes BENCHMARKS.md, the report of make bench, from four
+// Benchreport writes BENCHMARKS.md, the report of make bench, from five
 // sources: go test -bench output of the selector package's benchmarks, for
 // the speed tables; that of internal/proxybench's BenchmarkProxy, for the
-// end-to-end tables against a proxy tier; the ring's routing-quality
-// figures, which the package's TestQualityMeasure writes with -quality-json
-// (see internal/quality); and, for contrast, the routing quality of modulo
-// and jump hashing on the same changes, which it computes itself.
+// end-to-end tables against a proxy tier; that of its
+// BenchmarkClientVsGomemcache, for the Client against gomemcache's own
+// Client (whose goals it also prints, PASS or MISS, on stdout); the ring's
+// routing-quality figures, which the package's TestQualityMeasure writes
+// with -quality-json (see internal/quality); and, for contrast, the routing
+// quality of modulo and jump hashing on the same changes, which it computes
+// itself.
 //
 //	go test -run '^TestQualityMeasure$' . -args -quality-json bench-quality.out
 //	go test -run '^$' -bench '^BenchmarkProxy$' -cpu 1,2 ./internal/proxybench > bench-proxy.out
-//	go run ./internal/benchreport -quality bench-quality.out -bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -o BENCHMARKS.md
+//	go test -run '^$' -bench '^BenchmarkClientVsGomemcache$' -benchmem ./internal/proxybench > bench-client.out
+//	go run ./internal/benchreport -quality bench-quality.out -bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -o BENCHMARKS.md
 package main
 
 import (
@@ -30,6 +34,7 @@ var (
 	qualityFile   = flag.String("quality", "", "the JSON `file` that TestQualityMeasure wrote with -quality-json (required)")
 	benchFiles    = flag.String("bench", "", "comma-separated go test -bench output `files` to summarize")
 	proxyFile     = flag.String("proxy", "", "go test -bench output `file` of internal/proxybench's BenchmarkProxy to summarize")
+	clientFile    = flag.String("client", "", "go test -bench output `file` of internal/proxybench's BenchmarkClientVsGomemcache to summarize; its goals are also printed on stdout")
 	benchstatFile = flag.String("benchstat", "", "benchstat output `file` to append, if it exists")
 	loadFile      = flag.String("loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the header, if it exists")
 	e2eFile       = flag.String("e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
@@ -75,6 +80,16 @@ func run() error {
 		}
 		goals = append(goals, g...)
 	}
+	if *clientFile != "" {
+		g, err := vsGomemcache(&body, *clientFile)
+		if err != nil {
+			return err
+		}
+		goals = append(goals, g...)
+		for _, g := range g {
+			fmt.Printf("%s  %s: %s\n", passMiss(g.pass), g.goal, g.measured)
+		}
+	}
 
 	fmt.Fprintf(&body, "## Routing quality\n\n")
 	computed := time.Now()
@@ -91,7 +106,7 @@ func run() error {
 	}
 
 	if b, err := os.ReadFile(*benchstatFile); err == nil && len(b) > 0 {
-		fmt.Fprintf(&body, "## benchstat\n\nThe same runs summarized by benchstat: medians with 95%% confidence intervals; the PickServer columns compare ours against gomemcache; the proxy tier's compare gomemcache and twemproxy against ours, each path alone (benchstat has no figures of the alternating loop, which the goals use).\n\n```\n%s```\n", b)
+		fmt.Fprintf(&body, "## benchstat\n\nThe same runs summarized by benchstat: medians with 95%% confidence intervals; the PickServer columns compare ours against gomemcache; the proxy tier's compare gomemcache and twemproxy against ours, each path alone (benchstat has no figures of the alternating loop, which the goals use); the Client's and gomemcache-default's compare against gomemcache-best.\n\n```\n%s```\n", b)
 	} else if *benchFiles != "" {
 		fmt.Fprintf(&body, "benchstat was not available for this run; the medians above are the report's own.\n")
 	}
