@@ -203,6 +203,7 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		return nil
 	}
 	if gerr == nil {
+		got.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return got
 	}
 	return it

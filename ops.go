@@ -68,14 +68,25 @@ func (c *Client) write(r *keyOp) (bool, error) {
 	return c.afterWrite(h, r.key, s, err), err
 }
 
-// GetContext gets the item for key, as memcache.Client.Get. It fails over, and a
-// miss at a key that moved is handed off (see Client).
+// GetContext gets the item for key, as memcache.Client.Get. It fails over,
+// and a miss at a key that moved is handed off (see Client).
 func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGet, c.begin(), &opErr)
-	if c.pool != nil {
-		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetContext(ctx, key) })
+	it, err := c.getItem(ctx, key, false)
+	if it != nil {
+		it.Expiration = 0 // as gomemcache's Get
 	}
-	r := keyOp{ctx: ctx, kind: opGet, key: key}
+	return it, err
+}
+
+// getItem is GetContext without metrics, for the pool's groups too. With
+// ttl, the item has its remaining expiration: in a pool with miss failover,
+// a repair copies it so (see pooled.repair).
+func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.Item, error) {
+	if c.pool != nil {
+		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.getItem(ctx, key, c.pool.miss) })
+	}
+	r := keyOp{ctx: ctx, kind: opGet, key: key, ttl: ttl}
 	return c.get(&r, c.handoffTTL())
 }
 
@@ -84,10 +95,24 @@ func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, 
 func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration int32) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGetAndTouch, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetAndTouchContext(ctx, key, expiration) })
+		it, err := c.pool.get(key, func(g *Client) (*memcache.Item, error) {
+			it, err := g.GetAndTouchContext(ctx, key, expiration)
+			if it != nil {
+				it.Expiration = expiration // what a repair gives its copies
+			}
+			return it, err
+		})
+		if it != nil {
+			it.Expiration = 0
+		}
+		return it, err
 	}
 	r := keyOp{ctx: ctx, kind: opGetAndTouch, key: key, exp: expiration}
-	return c.get(&r, expiration)
+	it, err := c.get(&r, expiration)
+	if it != nil {
+		it.Expiration = 0 // as gomemcache's GetAndTouch
+	}
+	return it, err
 }
 
 func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {

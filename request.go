@@ -61,6 +61,7 @@ type keyOp struct {
 	key   string
 	item  *memcache.Item // for the writes
 	exp   int32          // for GetAndTouch and Touch
+	ttl   bool           // for Get: the item's Expiration is its remaining one (see wire.GetForCopy)
 	delta uint64         // for Increment and Decrement
 
 	got *memcache.Item // a read's item
@@ -77,7 +78,11 @@ func (c *Client) send(w wire, r *keyOp, standIn bool) (err error) {
 	ctx := r.ctx
 	switch r.kind {
 	case opGet:
-		r.got, err = w.Get(ctx, r.key)
+		if r.ttl {
+			r.got, _, err = w.GetForCopy(ctx, r.key, c.handoffTTL())
+		} else {
+			r.got, err = w.Get(ctx, r.key)
+		}
 	case opGetAndTouch:
 		exp := r.exp
 		if standIn {

@@ -211,3 +211,47 @@ func TestClassicFallback(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// isGetRequest reports whether b, written to a server, starts with a get:
+// the meta protocol's mg (a Get, a handoff's read or check) or the classic
+// protocol's gets.
+func isGetRequest(b []byte) bool {
+	return bytes.HasPrefix(b, []byte("mg ")) || bytes.HasPrefix(b, []byte("gets "))
+}
+
+// isAddRequest reports whether b starts with an add: ms in mode E, or the
+// classic add.
+func isAddRequest(b []byte) bool {
+	line, _, _ := bytes.Cut(b, []byte("\r\n"))
+	return bytes.HasPrefix(b, []byte("add ")) || bytes.HasPrefix(line, []byte("ms ")) && bytes.Contains(line, []byte(" ME"))
+}
+
+// TestPoolRepairKeepsTheExpiration: a replicated pool with miss failover
+// copies a hit back to the replica that missed it with the value's flags
+// and remaining expiration.
+func TestPoolRepairKeepsTheExpiration(t *testing.T) {
+	ms := startMemcached(t, 2)
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithPool(Replicated().WithMissFailover()))
+	require.NoError(t, err)
+	defer c.Close()
+	first := c.pool.view.Load().reads[0].name // the replica this client reads first
+	for i := range 2 {
+		if ms[i].addr == first {
+			key := "r"
+			require.NoError(t, c.Set(&memcache.Item{Key: key, Value: []byte("v"), Flags: 9, Expiration: 100}))
+			require.NoError(t, direct(ms[i].addr).Delete(key)) // it lost the key (evicted, or restarted empty)
+			it, err := c.Get(key)
+			require.NoError(t, err)
+			require.Equal(t, uint32(9), it.Flags)
+			require.Zero(t, it.Expiration, "Get returns no expiration, as gomemcache's")
+			require.InDelta(t, 100, metaTTL(t, ms[i].addr, key), 3, "the repaired copy's TTL")
+			got, err := direct(ms[i].addr).Get(key)
+			require.NoError(t, err)
+			require.Equal(t, uint32(9), got.Flags)
+			return
+		}
+	}
+	t.Fatalf("no replica is %s", first)
+}
