@@ -121,8 +121,8 @@ func (w metaWire) Touch(ctx context.Context, key string, exp int32) error {
 	return gomemcacheErr("touch", err)
 }
 
-// storeVerbs are the classic verbs of the store kinds, for errors worded
-// as gomemcache's.
+// storeModes are the ms modes of the store kinds, and their classic verbs,
+// for errors worded as gomemcache's.
 var storeModes = map[opKind]struct {
 	mode meta.Mode
 	verb string
