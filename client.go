@@ -206,7 +206,9 @@ func (c *Client) refresh(now time.Time) time.Duration {
 			s := c.servers[m.addr.str]
 			switch {
 			case s == nil:
-				s = newServer(m.addr, c.cfg.conn)
+				cc := c.cfg.conn
+				cc.log = c.log
+				s = newServer(m.addr, cc)
 				c.servers[m.addr.str] = s
 			case s.status() == gone: // it returns, maybe with values that were overwritten since
 				s.downAt, s.soft = s.left, false

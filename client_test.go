@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -610,13 +609,13 @@ func TestConcurrentHandoffs(t *testing.T) {
 	var on atomic.Bool
 	var aGets atomic.Int32
 	a, sa := client(func(addr string, b []byte) time.Duration {
-		if on.Load() && addr == from && strings.HasPrefix(string(b), "gets ") {
+		if on.Load() && addr == from && isGetRequest(b) {
 			return []time.Duration{250 * time.Millisecond, 600 * time.Millisecond}[min(aGets.Add(1)-1, 1)] // its read, then its check
 		}
 		return 0
 	})
 	b, sb := client(func(addr string, req []byte) time.Duration {
-		if on.Load() && addr == to && strings.HasPrefix(string(req), "add ") {
+		if on.Load() && addr == to && isAddRequest(req) {
 			return 400 * time.Millisecond
 		}
 		return 0
@@ -659,7 +658,7 @@ func TestHandoffUndoKeepsANewerWrite(t *testing.T) {
 			return nil, err
 		}
 		return delayedWrites{conn, func(b []byte) time.Duration {
-			if on.Load() && addr == from && strings.HasPrefix(string(b), "gets ") && gets.Add(1) == 2 {
+			if on.Load() && addr == from && isGetRequest(b) && gets.Add(1) == 2 {
 				return 300 * time.Millisecond // the copy's check of its source
 			}
 			return 0

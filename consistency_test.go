@@ -593,7 +593,7 @@ func TestCopyOvertakenByDelete(t *testing.T) {
 		}
 	}
 	f.mu.Lock()
-	f.prefix = "gets "
+	f.prefix = "mg " // a get, in the meta protocol
 	f.mu.Unlock()
 	f.set(from, false, 300*time.Millisecond) // the handoff's reads of the old server are slow
 

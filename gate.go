@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"context"
 	"math"
 	"slices"
 	"time"
@@ -28,11 +29,12 @@ import (
 // is deleted at s and at the stand-in that took its write, and leaves the
 // log. A server with a CAS floor has a value of key that is about to be
 // changed in place checked against it. clean returns the error of the
-// delete at s, which the caller observes as the request's.
-func (c *Client) clean(s *server, key string, inPlace bool) error {
+// delete at s, which the caller observes as the request's; ctx, the
+// request's, bounds it.
+func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool) error {
 	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
 		var it *memcache.Item
-		err := s.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
+		err := s.call(func(w wire) (err error) { it, err = w.Get(ctx, key); return })
 		if err == nil && !c.servable(s, key, c.hash(key), it.CasID) {
 			return nil // servable deleted it
 		}
@@ -44,7 +46,7 @@ func (c *Client) clean(s *server, key string, inPlace bool) error {
 	if _, overflowed := c.inval.state(s); overflowed {
 		return nil // a floor stands for the keys it lost
 	}
-	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	err := s.call(func(w wire) error { return w.Delete(ctx, key) })
 	if failureOf(err) != healthy {
 		return err
 	}
@@ -97,7 +99,7 @@ func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 	if c.restartedSince(s, started) {
 		return true
 	}
-	s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	s.call(func(w wire) error { return w.Delete(c.ctx, key) })
 	return false
 }
 
@@ -161,23 +163,29 @@ func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 		c.logKey(s, key, standIn)
 		return true
 	}
-	err := s.call(func(mc *memcache.Client) error { return mc.Delete(key) })
+	err := s.call(func(w wire) error { return w.Delete(c.ctx, key) })
 	if f := failureOf(err); f != healthy {
 		if s.status() == gone {
 			s.lost.Store(true)
 		}
-		c.logKey(s, key, standIn)
-		if s.status() == up {
-			if _, overflowed := c.inval.state(s); overflowed {
-				c.floorNow(s)
-			} else {
-				c.drain(s, nil)
-			}
-		}
+		c.deleteLater(s, key, standIn)
 		return true
 	}
 	c.cleanStandIn(s, key, standIn)
 	return err == nil
+}
+
+// deleteLater logs key for deletion at s, and if s is up, deletes it in
+// the background (or, past the log's bound, gives s a floor).
+func (c *Client) deleteLater(s *server, key string, standIn *server) {
+	c.logKey(s, key, standIn)
+	if s.status() == up {
+		if _, overflowed := c.inval.state(s); overflowed {
+			c.floorNow(s)
+		} else {
+			c.drain(s, nil)
+		}
+	}
 }
 
 // logKey logs key for deletion at s (see invalLog), and reports it.
@@ -202,6 +210,13 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 	if s != nil {
 		switch f := failureOf(err); {
 		case f == healthy:
+		case f == abandoned:
+			// The caller gave up; the write may have landed. The key is
+			// logged, not deleted now, which would outlast the caller's
+			// deadline: the gate deletes it before s serves it (see
+			// clean), and the drain soon after.
+			c.deleteLater(s, key, nil)
+			deleted = true
 		case f == refused || f == timedOut || f == broken:
 			deleted = c.invalidate(s, key, nil)
 		}

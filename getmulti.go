@@ -1,18 +1,19 @@
 package selector
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// GetMulti gets the items of keys, as memcache.Client.GetMulti: one batch
+// GetMultiContext gets the items of keys, as memcache.Client.GetMulti: one batch
 // per server, all at once. A batch whose server cannot be reached, or
 // whose connection broke, goes again to the keys' servers then; keys that
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
-func (c *Client) GetMulti(keys []string) (items map[string]*memcache.Item, opErr error) {
+func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[string]*memcache.Item, opErr error) {
 	defer c.doneMulti(c.begin(), keys, &items, &opErr)
 	if c.pool != nil {
 		return c.pool.getMulti(keys)
@@ -57,14 +58,14 @@ func (c *Client) GetMulti(keys []string) (items map[string]*memcache.Item, opErr
 			ks := make([]string, 0, len(b.keys))
 			var err error
 			for _, i := range b.keys {
-				if err = c.clean(b.s, keys[i], false); err != nil {
+				if err = c.clean(ctx, b.s, keys[i], false); err != nil {
 					break
 				}
 				ks = append(ks, keys[i])
 			}
 			var items map[string]*memcache.Item
 			if err == nil {
-				err = b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
+				err = b.s.call(func(w wire) (err error) { items, err = w.GetMulti(ctx, ks); return })
 			}
 			for k, it := range items {
 				if !c.servable(b.s, k, c.hash(k), it.CasID) {
@@ -107,7 +108,7 @@ func (c *Client) GetMulti(keys []string) (items map[string]*memcache.Item, opErr
 		found = map[string]*memcache.Item{}
 	}
 	if len(pending) == 0 {
-		c.handoffMulti(keys, hashes, owner, found)
+		c.handoffMulti(ctx, keys, hashes, owner, found)
 	}
 	return found, last
 }
@@ -133,7 +134,7 @@ func addTo(bs []batch, s *server, i int) []batch {
 // handoffMulti hands off the keys that missed and moved: each is asked at
 // the first server it was at before that can be read, in one batch per
 // server, and a hit is copied to its server as handoff does.
-func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, found map[string]*memcache.Item) {
+func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint64, owner []*server, found map[string]*memcache.Item) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
 		return
@@ -168,13 +169,14 @@ func (c *Client) handoffMulti(keys []string, hashes []uint64, owner []*server, f
 				}
 			}()
 			var items map[string]*memcache.Item
-			err := b.s.call(func(mc *memcache.Client) (err error) { items, err = mc.GetMulti(ks); return })
-			if f := failureOf(err); f != healthy {
+			err := b.s.call(func(w wire) (err error) { items, err = w.GetMultiForCopy(ctx, ks, c.handoffTTL()); return })
+			if f := failureOf(err); f != healthy && f != abandoned {
 				c.sourceFailed(b.s, f, err)
 			}
 			for j, i := range b.keys {
 				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], hashes[i], it.CasID) {
-					if cp := c.copyTo(owner[i], b.s, it, c.handoffTTL(), sts[j]); cp != nil {
+					if cp := c.copyTo(ctx, owner[i], b.s, it, sts[j]); cp != nil {
+						cp.Expiration = 0 // as gomemcache's GetMulti
 						mu.Lock()
 						found[keys[i]] = cp
 						mu.Unlock()

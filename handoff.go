@@ -2,6 +2,7 @@ package selector
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -112,8 +113,11 @@ func (cs *copies) overtaken(key string) bool {
 // handoff looks for key, which missed at s, where it was before a recent
 // change of ring. A value found there, that the gate lets through, is copied
 // to s (see copyTo); the item returned is s's copy, with s's CAS id, when
-// the copy could be read back. The copy expires after exp seconds.
-func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.Item, error) {
+// the copy could be read back. The copy keeps the value's remaining
+// expiration where the source tells it (the meta protocol), else it
+// expires after exp seconds; with touch, after exp seconds in any case (a
+// GetAndTouch). ctx bounds the reads of the sources and the copy.
+func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool) (*memcache.Item, error) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
 		return nil, memcache.ErrCacheMiss
@@ -131,15 +135,22 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 			continue
 		}
 		var it *memcache.Item
-		err := p.call(func(mc *memcache.Client) (err error) { it, err = mc.Get(key); return })
-		if f := failureOf(err); f != healthy {
+		err := p.call(func(w wire) (err error) { it, _, err = w.GetForCopy(ctx, key, exp); return })
+		switch f := failureOf(err); f {
+		case healthy:
+		case abandoned:
+			return nil, err
+		default:
 			c.sourceFailed(p, f, err)
 			continue
 		}
 		if err != nil || !c.servable(p, key, h, it.CasID) {
 			continue // a miss
 		}
-		if cp := c.copyTo(s, p, it, exp, st); cp != nil {
+		if touch {
+			it.Expiration = exp
+		}
+		if cp := c.copyTo(ctx, s, p, it, st); cp != nil {
 			return cp, nil
 		}
 		return nil, memcache.ErrCacheMiss
@@ -160,23 +171,22 @@ func (c *Client) handoff(h uint64, key string, s *server, exp int32) (*memcache.
 // write's, which deletes at p itself, or another copy's, whose check of p
 // would take that delete for a racing Delete and undo the copy. Where s
 // failed, p keeps the key for the next read.
-func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32, st *copyState) *memcache.Item {
+func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState) *memcache.Item {
 	cp := *it
-	cp.Expiration = exp
 	if rt := c.rt.Load(); rt.baseOwner(c.hash(it.Key)) != s {
-		cp.Expiration = c.standInExp(exp)
+		cp.Expiration = c.standInExp(cp.Expiration)
 	}
-	err := s.call(func(mc *memcache.Client) error { return mc.Add(&cp) })
+	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, &cp) })
 	switch {
 	case err == nil:
 		var now *memcache.Item
-		perr := p.call(func(mc *memcache.Client) (err error) { now, err = mc.Get(it.Key); return })
+		perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, &cp)
 			c.reportHandoff(p, s, HandoffUndone)
 			return nil
 		}
-		p.call(func(mc *memcache.Client) error { return mc.Delete(it.Key) })
+		p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 		c.reportHandoff(p, s, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
 		c.reportHandoff(p, s, HandoffFailed)
@@ -188,11 +198,12 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32, st *copyStat
 		c.reportHandoff(p, s, HandoffPresent)
 	}
 	var got *memcache.Item
-	gerr := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(it.Key); return })
+	gerr := s.call(func(w wire) (err error) { got, err = w.Get(c.ctx, it.Key); return })
 	if c.copies.check(st) {
 		return nil
 	}
 	if gerr == nil {
+		got.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return got
 	}
 	return it
@@ -206,7 +217,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, exp int32, st *copyStat
 // or logged), as after a write s missed.
 func (c *Client) undoCopy(s *server, cp *memcache.Item) {
 	var got *memcache.Item
-	err := s.call(func(mc *memcache.Client) (err error) { got, err = mc.Get(cp.Key); return })
+	err := s.call(func(w wire) (err error) { got, err = w.Get(c.ctx, cp.Key); return })
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
 		return
@@ -217,7 +228,7 @@ func (c *Client) undoCopy(s *server, cp *memcache.Item) {
 		return // a newer write's
 	}
 	got.Expiration = -1 // expired at once: memcached's delete-if-unchanged
-	if err := s.call(func(mc *memcache.Client) error { return mc.CompareAndSwap(got) }); err != nil && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
+	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, got) }); err != nil && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
 		c.invalidate(s, cp.Key, nil)
 	}
 }

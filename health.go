@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/bradfitz/gomemcache/memcache"
 )
 
 // keyServer is the attribute of a server's address in the Client's records.
@@ -41,7 +39,7 @@ func (c *Client) observe(s *server, f failure, err error) {
 			c.takeOut(s, true, err)
 		}
 	case broken:
-		s.mc.Close()
+		s.closeIdle()
 	}
 }
 
@@ -75,7 +73,7 @@ func (c *Client) markDown(s *server, soft bool) bool {
 	s.state.Store(int32(down))
 	s.timeouts.Store(0)
 	s.keptIn.Store(false)
-	s.mc.Close()
+	s.closeIdle()
 	c.probe(s, c.cfg.probeMin)
 	return true
 }
@@ -110,7 +108,7 @@ func (c *Client) probeLoop(s *server, delay time.Duration) {
 		if s.status() == gone {
 			return
 		}
-		if err := s.call(func(mc *memcache.Client) error { return mc.Ping() }); err == nil && c.recover(s) {
+		if err := s.call(func(w wire) error { return w.Ping(c.ctx) }); err == nil && c.recover(s) {
 			return
 		}
 		delay = min(max(delay, c.cfg.probeMin)*3/2, c.cfg.probeMax)

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -23,13 +24,13 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		}
 		err = nil
 		if newStandIn && r.kind.inPlace() { // an old value there would leak into the result
-			err = s.call(func(mc *memcache.Client) error { return mc.Delete(r.key) })
+			err = s.call(func(w wire) error { return w.Delete(c.ctx, r.key) })
 			if failureOf(err) == healthy {
 				err = nil
 			}
 		}
 		if err == nil {
-			err = c.clean(s, r.key, r.kind.inPlace())
+			err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
 		}
 		if err == nil {
 			err = c.runOp(s, r, s != rt.baseOwner(h))
@@ -67,26 +68,51 @@ func (c *Client) write(r *keyOp) (bool, error) {
 	return c.afterWrite(h, r.key, s, err), err
 }
 
-// Get gets the item for key, as memcache.Client.Get. It fails over, and a
-// miss at a key that moved is handed off (see Client).
-func (c *Client) Get(key string) (_ *memcache.Item, opErr error) {
+// GetContext gets the item for key, as memcache.Client.Get. It fails over,
+// and a miss at a key that moved is handed off (see Client).
+func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGet, c.begin(), &opErr)
-	if c.pool != nil {
-		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.Get(key) })
+	it, err := c.getItem(ctx, key, false)
+	if it != nil {
+		it.Expiration = 0 // as gomemcache's Get
 	}
-	r := keyOp{kind: opGet, key: key}
+	return it, err
+}
+
+// getItem is GetContext without metrics, for the pool's groups too. With
+// ttl, the item has its remaining expiration: in a pool with miss failover,
+// a repair copies it so (see pooled.repair).
+func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.Item, error) {
+	if c.pool != nil {
+		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.getItem(ctx, key, c.pool.miss) })
+	}
+	r := keyOp{ctx: ctx, kind: opGet, key: key, ttl: ttl}
 	return c.get(&r, c.handoffTTL())
 }
 
-// GetAndTouch gets the item for key and sets its expiration, as
+// GetAndTouchContext gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
-func (c *Client) GetAndTouch(key string, expiration int32) (_ *memcache.Item, opErr error) {
+func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration int32) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGetAndTouch, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.GetAndTouch(key, expiration) })
+		it, err := c.pool.get(key, func(g *Client) (*memcache.Item, error) {
+			it, err := g.GetAndTouchContext(ctx, key, expiration)
+			if it != nil {
+				it.Expiration = expiration // what a repair gives its copies
+			}
+			return it, err
+		})
+		if it != nil {
+			it.Expiration = 0
+		}
+		return it, err
 	}
-	r := keyOp{kind: opGetAndTouch, key: key, exp: expiration}
-	return c.get(&r, expiration)
+	r := keyOp{ctx: ctx, kind: opGetAndTouch, key: key, exp: expiration}
+	it, err := c.get(&r, expiration)
+	if it != nil {
+		it.Expiration = 0 // as gomemcache's GetAndTouch
+	}
+	return it, err
 }
 
 func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
@@ -99,96 +125,96 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 	case err == nil:
 		return r.got, nil
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return c.handoff(h, r.key, s, exp)
+		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch)
 	}
 	return nil, err
 }
 
-// Touch sets the expiration of key, as memcache.Client.Touch, at its server.
-func (c *Client) Touch(key string, seconds int32) (opErr error) {
+// TouchContext sets the expiration of key, as memcache.Client.Touch, at its server.
+func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (opErr error) {
 	defer c.done(OpTouch, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.all(key, func(g *Client) error { return g.Touch(key, seconds) })
+		return c.pool.all(key, func(g *Client) error { return g.TouchContext(ctx, key, seconds) })
 	}
-	r := keyOp{kind: opTouch, key: key, exp: seconds}
+	r := keyOp{ctx: ctx, kind: opTouch, key: key, exp: seconds}
 	_, err := c.write(&r)
 	return err
 }
 
-// Set writes item, as memcache.Client.Set. It is retried when its server
+// SetContext writes item, as memcache.Client.Set. It is retried when its server
 // fails before it is sent, or its connection breaks.
-func (c *Client) Set(item *memcache.Item) (opErr error) {
+func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpSet, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.all(item.Key, func(g *Client) error { return g.Set(item) })
+		return c.pool.all(item.Key, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
-	r := keyOp{kind: opSet, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opSet, key: item.Key, item: item}
 	_, err := c.write(&r)
 	return err
 }
 
-// Add writes item if its key holds no value, as memcache.Client.Add.
-func (c *Client) Add(item *memcache.Item) (opErr error) {
+// AddContext writes item if its key holds no value, as memcache.Client.Add.
+func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpAdd, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.primary(item.Key, func(g *Client) error { return g.Add(item) }, func(g *Client) error { return g.Set(item) })
+		return c.pool.primary(item.Key, func(g *Client) error { return g.AddContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
-	r := keyOp{kind: opAdd, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opAdd, key: item.Key, item: item}
 	_, err := c.write(&r)
 	return err
 }
 
-// Replace writes item if its key holds a value, as memcache.Client.Replace.
-func (c *Client) Replace(item *memcache.Item) (opErr error) {
+// ReplaceContext writes item if its key holds a value, as memcache.Client.Replace.
+func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpReplace, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.primary(item.Key, func(g *Client) error { return g.Replace(item) }, func(g *Client) error { return g.Set(item) })
+		return c.pool.primary(item.Key, func(g *Client) error { return g.ReplaceContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
-	r := keyOp{kind: opReplace, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opReplace, key: item.Key, item: item}
 	_, err := c.write(&r)
 	return err
 }
 
-// Append appends item's value to its key's, as memcache.Client.Append. A
+// AppendContext appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
-func (c *Client) Append(item *memcache.Item) (opErr error) {
+func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpAppend, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.primary(item.Key, func(g *Client) error { return g.Append(item) }, func(g *Client) error { return g.Delete(item.Key) })
+		return c.pool.primary(item.Key, func(g *Client) error { return g.AppendContext(ctx, item) }, func(g *Client) error { return g.DeleteContext(ctx, item.Key) })
 	}
-	r := keyOp{kind: opAppend, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opAppend, key: item.Key, item: item}
 	return c.change(&r)
 }
 
-// Prepend prepends item's value to its key's, as memcache.Client.Prepend. A
+// PrependContext prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
-func (c *Client) Prepend(item *memcache.Item) (opErr error) {
+func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpPrepend, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.primary(item.Key, func(g *Client) error { return g.Prepend(item) }, func(g *Client) error { return g.Delete(item.Key) })
+		return c.pool.primary(item.Key, func(g *Client) error { return g.PrependContext(ctx, item) }, func(g *Client) error { return g.DeleteContext(ctx, item.Key) })
 	}
-	r := keyOp{kind: opPrepend, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opPrepend, key: item.Key, item: item}
 	return c.change(&r)
 }
 
-// CompareAndSwap writes item if its key's value has not changed since item
+// CompareAndSwapContext writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
-func (c *Client) CompareAndSwap(item *memcache.Item) (opErr error) {
+func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpCompareAndSwap, c.begin(), &opErr)
 	if c.pool != nil {
 		return ErrPoolCAS
 	}
-	r := keyOp{kind: opCAS, key: item.Key, item: item}
+	r := keyOp{ctx: ctx, kind: opCAS, key: item.Key, item: item}
 	_, err := c.write(&r)
 	return err
 }
 
-// Delete deletes key, as memcache.Client.Delete, also where it was before a
+// DeleteContext deletes key, as memcache.Client.Delete, also where it was before a
 // recent change of ring (first, so that a handoff copying it sees the
 // delete), and at its server if that is out for this client (when it
 // returns); so it returns ErrCacheMiss only if key was found nowhere it can
 // be.
-func (c *Client) Delete(key string) (opErr error) {
+func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 	defer c.done(OpDelete, c.begin(), &opErr)
 	if c.pool != nil {
 		return c.pool.delete(key)
@@ -205,7 +231,7 @@ func (c *Client) Delete(key string) (opErr error) {
 			deleted = c.invalidate(p, key, nil) || deleted
 		}
 	}
-	r := keyOp{kind: opDelete, key: key}
+	r := keyOp{ctx: ctx, kind: opDelete, key: key}
 	s, err := c.do(h, &r)
 	if c.afterWrite(h, key, s, err) { // s may be nil: the key's server must forget it even so
 		deleted = true
@@ -216,26 +242,26 @@ func (c *Client) Delete(key string) (opErr error) {
 	return err
 }
 
-// Increment adds delta to key's value, as memcache.Client.Increment. A key
+// IncrementContext adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
-func (c *Client) Increment(key string, delta uint64) (_ uint64, opErr error) {
+func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
 	defer c.done(OpIncrement, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Increment(key, delta) })
+		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.IncrementContext(ctx, key, delta) })
 	}
-	r := keyOp{kind: opIncr, key: key, delta: delta}
+	r := keyOp{ctx: ctx, kind: opIncr, key: key, delta: delta}
 	err := c.change(&r)
 	return r.n, err
 }
 
-// Decrement subtracts delta from key's value, as memcache.Client.Decrement.
+// DecrementContext subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
-func (c *Client) Decrement(key string, delta uint64) (_ uint64, opErr error) {
+func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
 	defer c.done(OpDecrement, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.Decrement(key, delta) })
+		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.DecrementContext(ctx, key, delta) })
 	}
-	r := keyOp{kind: opDecr, key: key, delta: delta}
+	r := keyOp{ctx: ctx, kind: opDecr, key: key, delta: delta}
 	err := c.change(&r)
 	return r.n, err
 }
@@ -250,7 +276,7 @@ func (c *Client) change(r *keyOp) error {
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
 	if s != nil && (errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)) {
-		if _, herr := c.handoff(h, r.key, s, c.handoffTTL()); herr == nil {
+		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false); herr == nil {
 			s, err = c.do(h, r)
 		}
 	}
@@ -259,7 +285,7 @@ func (c *Client) change(r *keyOp) error {
 }
 
 // each runs op on every member server and returns the first error.
-func (c *Client) each(op func(*memcache.Client) error) error {
+func (c *Client) each(op func(wire) error) error {
 	rt := c.rt.Load()
 	var first error
 	for _, s := range rt.baseSrv {
@@ -270,26 +296,26 @@ func (c *Client) each(op func(*memcache.Client) error) error {
 	return first
 }
 
-// Ping checks that every server answers, as memcache.Client.Ping, and
+// PingContext checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
-func (c *Client) Ping() (opErr error) {
+func (c *Client) PingContext(ctx context.Context) (opErr error) {
 	defer c.done(OpPing, c.begin(), &opErr)
 	if c.pool != nil {
-		return c.pool.each(func(g *Client) error { return g.Ping() })
+		return c.pool.each(func(g *Client) error { return g.PingContext(ctx) })
 	}
-	return c.each(func(mc *memcache.Client) error { return mc.Ping() })
+	return c.each(func(w wire) error { return w.Ping(ctx) })
 }
 
-// FlushAll deletes every item on every server, as memcache.Client.FlushAll:
+// FlushAllContext deletes every item on every server, as memcache.Client.FlushAll:
 // the members, and the servers that left but may still be read (see
 // Client). A server that cannot be flushed now (out for this client, or
 // failing) serves none of its values from before the flush when it is next
 // used (see invalLog), and no key is handed off from before it.
-func (c *Client) FlushAll() (opErr error) {
+func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
 	defer c.done(OpFlushAll, c.begin(), &opErr)
 	if c.pool != nil {
 		defer c.pool.copies.flush()()
-		return c.pool.each(func(g *Client) error { return g.FlushAll() })
+		return c.pool.each(func(g *Client) error { return g.FlushAllContext(ctx) })
 	}
 	defer c.copies.flush()()
 	c.dropPast() // no handoff from a server that is not flushed yet
@@ -306,7 +332,7 @@ func (c *Client) FlushAll() (opErr error) {
 			c.inval.overflow(s)
 			continue
 		}
-		err := s.call(func(mc *memcache.Client) error { return mc.FlushAll() })
+		err := s.call(func(w wire) error { return w.FlushAll(ctx) })
 		if err == nil {
 			continue
 		}
@@ -326,6 +352,9 @@ func (c *Client) FlushAll() (opErr error) {
 // memcache.Client.DeleteAll, which flushes only the server of the key "",
 // it clears the whole cache.
 func (c *Client) DeleteAll() error { return c.FlushAll() }
+
+// DeleteAllContext is FlushAllContext, as memcache.Client.DeleteAll is FlushAll.
+func (c *Client) DeleteAllContext(ctx context.Context) error { return c.FlushAllContext(ctx) }
 
 // legalKey reports whether memcached takes key, as gomemcache checks it:
 // at most 250 bytes, with no spaces or control characters.

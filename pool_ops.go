@@ -58,8 +58,7 @@ func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item, st *copyS
 		return !pl.copies.check(st)
 	}
 	for _, m := range missed {
-		cp := *it
-		cp.Expiration = g.c.handoffTTL()
+		cp := *it // with its remaining expiration (see Client.getItem)
 		m.c.Add(&cp)
 	}
 	now, err := g.c.Get(it.Key)

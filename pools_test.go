@@ -214,7 +214,7 @@ type slowHits struct {
 
 func (c slowHits) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.on.Load() && strings.HasPrefix(string(b[:n]), "VALUE ") {
+	if s := string(b[:n]); c.on.Load() && (strings.HasPrefix(s, "VALUE ") || strings.HasPrefix(s, "VA ")) {
 		time.Sleep(c.delay)
 	}
 	return n, err

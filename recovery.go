@@ -139,7 +139,7 @@ func (c *Client) drainKeys(s *server, keys map[string]*server) int {
 				if s.status() != up || c.ctx.Err() != nil {
 					continue
 				}
-				err := c.clean(s, k, false)
+				err := c.clean(c.ctx, s, k, false)
 				if f := failureOf(err); f != healthy {
 					c.observe(s, f, err)
 				} else {
@@ -164,9 +164,9 @@ const replayWorkers = 8
 // was written before has a lower one.
 func (c *Client) casNow(s *server) (uint64, error) {
 	var it *memcache.Item
-	err := s.call(func(mc *memcache.Client) (err error) {
-		if err = mc.Set(&memcache.Item{Key: probeKey, Value: []byte{'1'}, Expiration: 60}); err == nil {
-			it, err = mc.Get(probeKey)
+	err := s.call(func(w wire) (err error) {
+		if err = w.Store(c.ctx, opSet, &memcache.Item{Key: probeKey, Value: []byte{'1'}, Expiration: 60}); err == nil {
+			it, err = w.Get(c.ctx, probeKey)
 		}
 		return err
 	})

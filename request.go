@@ -1,6 +1,8 @@
 package selector
 
 import (
+	"context"
+
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
@@ -54,46 +56,45 @@ func (k opKind) read() bool { return k == opGet || k == opGetAndTouch }
 // a value on the caller's stack, not a closure, so that the Client's Get and
 // Set allocate no more than gomemcache's own.
 type keyOp struct {
+	ctx   context.Context
 	kind  opKind
 	key   string
 	item  *memcache.Item // for the writes
 	exp   int32          // for GetAndTouch and Touch
+	ttl   bool           // for Get: the item's Expiration is its remaining one (see wire.GetForCopy)
 	delta uint64         // for Increment and Decrement
 
 	got *memcache.Item // a read's item
 	n   uint64         // a counter's new value
 }
 
-// run sends r to s. standIn says that s is not the key's home: the
+// runOp sends r to s. standIn says that s is not the key's home: the
 // expiration of what r writes there is capped (see Client.standInExp).
 func (c *Client) runOp(s *server, r *keyOp, standIn bool) error {
-	s.inflight.Add(1)
-	err := c.send(s.mc, r, standIn)
-	if s.inflight.Add(-1) == 0 && s.retired.Load() {
-		s.mc.Close()
-	}
-	if err == nil && !s.contacted.Load() {
-		s.contacted.Store(true)
-	}
-	return err
+	return s.call(func(w wire) error { return c.send(w, r, standIn) })
 }
 
-func (c *Client) send(mc *memcache.Client, r *keyOp, standIn bool) (err error) {
+func (c *Client) send(w wire, r *keyOp, standIn bool) (err error) {
+	ctx := r.ctx
 	switch r.kind {
 	case opGet:
-		r.got, err = mc.Get(r.key)
+		if r.ttl {
+			r.got, _, err = w.GetForCopy(ctx, r.key, c.handoffTTL())
+		} else {
+			r.got, err = w.Get(ctx, r.key)
+		}
 	case opGetAndTouch:
 		exp := r.exp
 		if standIn {
 			exp = c.standInExp(exp)
 		}
-		r.got, err = mc.GetAndTouch(r.key, exp)
+		r.got, err = w.GetAndTouch(ctx, r.key, exp)
 	case opTouch:
 		exp := r.exp
 		if standIn {
 			exp = c.standInExp(exp)
 		}
-		err = mc.Touch(r.key, exp)
+		err = w.Touch(ctx, r.key, exp)
 	case opSet, opAdd, opReplace, opCAS, opAppend, opPrepend:
 		it := r.item
 		if standIn && c.standInExp(it.Expiration) != it.Expiration {
@@ -101,26 +102,11 @@ func (c *Client) send(mc *memcache.Client, r *keyOp, standIn bool) (err error) {
 			cp.Expiration = c.standInExp(it.Expiration)
 			it = &cp
 		}
-		switch r.kind {
-		case opSet:
-			err = mc.Set(it)
-		case opAdd:
-			err = mc.Add(it)
-		case opReplace:
-			err = mc.Replace(it)
-		case opCAS:
-			err = mc.CompareAndSwap(it)
-		case opAppend:
-			err = mc.Append(it)
-		case opPrepend:
-			err = mc.Prepend(it)
-		}
+		err = w.Store(ctx, r.kind, it)
 	case opDelete:
-		err = mc.Delete(r.key)
-	case opIncr:
-		r.n, err = mc.Increment(r.key, r.delta)
-	case opDecr:
-		r.n, err = mc.Decrement(r.key, r.delta)
+		err = w.Delete(ctx, r.key)
+	case opIncr, opDecr:
+		r.n, err = w.Arith(ctx, r.key, r.delta, r.kind == opDecr)
 	}
 	return err
 }

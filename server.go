@@ -4,28 +4,35 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
 
-// server is one memcached server as the Client sees it: its own gomemcache
-// client (so that each server has its own idle connections, which can be
-// closed when it leaves), and its health for this client.
+// server is one memcached server as the Client sees it: its own
+// connections (so that they can be closed when it leaves; see wire), and
+// its health for this client.
 //
 // A server outlives the rings it is in: the Client keeps it, with its
 // invalidation log, while it is a member, and for a while after it leaves
 // (see Client.forget), so that a server that returns is known.
 type server struct {
-	addr *staticAddr
-	mc   *memcache.Client
+	addr    *staticAddr
+	meta    metaWire    // the meta protocol, unless noMeta
+	classic classicWire // gomemcache's: for a server without meta commands, and for flush_all
+	log     *slog.Logger
+	timeout time.Duration
 
+	proto     atomic.Int32  // a protocol: unknown until the first contact (see call)
 	state     atomic.Int32  // a serverState
 	timeouts  atomic.Int32  // consecutive timeouts
-	inflight  atomic.Int32  // requests running on mc
+	inflight  atomic.Int32  // requests running on it
 	retired   atomic.Bool   // left: close its connections once idle
 	lost      atomic.Bool   // left, and no longer serves or failed since: not read or written any more
 	keptIn    atomic.Bool   // failing, but kept in by the cap on servers out
@@ -57,47 +64,99 @@ func (s serverState) String() string {
 
 func (s *server) status() serverState { return serverState(s.state.Load()) }
 
-// newServer returns a server at a, with its own gomemcache client built
-// from the Client's connection settings.
+// newServer returns a server at a, with connections of its own built from
+// the Client's connection settings. Nothing is dialed yet.
 func newServer(a *staticAddr, cc connConfig) *server {
-	s := &server{addr: a}
-	s.mc = memcache.NewFromSelector(fixed{a})
-	s.mc.Timeout = cc.timeout
-	s.mc.MaxIdleConns = cc.maxIdle
-	dial := cc.dial
-	if dial == nil {
-		d := &net.Dialer{}
-		dial = d.DialContext
-	}
-	s.mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
-		c, err := dial(ctx, network, address)
-		if err != nil {
-			return nil, &dialError{err}
-		}
-		return c, nil
-	}
-	return s
+	return &server{addr: a, meta: newMetaWire(a, cc), classic: newClassicWire(a, cc), log: cc.log, timeout: cc.timeout}
 }
 
-// connConfig is gomemcache's knobs, as the Client's options give them.
+// connConfig is the connections' knobs, as the Client's options give them.
 type connConfig struct {
 	timeout time.Duration
-	maxIdle int
+	maxIdle int // connections kept per server
 	dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	log     *slog.Logger
 }
 
-// call runs f on the server's gomemcache client, counting it in flight so
-// that a server that left closes its connections only once they are idle.
-func (s *server) call(f func(*memcache.Client) error) error {
+// dialer returns the dial function, the default one if none was given.
+func (cc connConfig) dialer() func(ctx context.Context, network, address string) (net.Conn, error) {
+	if cc.dial != nil {
+		return cc.dial
+	}
+	d := &net.Dialer{}
+	return d.DialContext
+}
+
+// The protocols a server is spoken to in.
+const (
+	protoUnknown int32 = iota // not contacted yet
+	protoMeta                 // memcached 1.6 or later
+	protoClassic              // no meta commands: gomemcache's protocol
+)
+
+// wire returns the protocol s is spoken to in, and learns it at the first
+// contact: a server that answers mn (the meta no-op) speaks the meta
+// protocol; one that answers ERROR does not. A contact that fails leaves it
+// unknown, for the next request to learn.
+func (s *server) wire() wire {
+	switch s.proto.Load() {
+	case protoMeta:
+		return s.meta
+	case protoClassic:
+		return s.classic
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	err := s.meta.Ping(ctx)
+	cancel()
+	switch {
+	case err == nil:
+		s.proto.CompareAndSwap(protoUnknown, protoMeta)
+	case errors.Is(err, meta.ErrUnknownCommand):
+		s.useClassic()
+		return s.classic
+	}
+	return s.meta
+}
+
+// useClassic speaks to s in the classic protocol from now on, and says so
+// once.
+func (s *server) useClassic() {
+	if s.proto.Swap(protoClassic) != protoClassic && s.log != nil {
+		s.log.Warn(noMetaNote, keyServer, s.addr.str)
+	}
+}
+
+// call runs f on the server's wire, counting it in flight so that a server
+// that left closes its connections only once they are idle. A server that
+// answers a meta command with ERROR predates the meta protocol: from then
+// on it is spoken to in the classic protocol, and f runs again there (the
+// command was not run). flush_all, which has no meta command, always goes
+// by the classic protocol.
+func (s *server) call(f func(w wire) error) error {
 	s.inflight.Add(1)
-	err := f(s.mc)
+	w := s.wire()
+	err := f(w)
+	switch {
+	case err == nil:
+	case errors.Is(err, errNoMetaFlush):
+		err = f(s.classic)
+	case errors.Is(err, meta.ErrUnknownCommand) && w != wire(s.classic):
+		s.useClassic() // it was replaced by an older one since its first contact
+		err = f(s.classic)
+	}
 	if s.inflight.Add(-1) == 0 && s.retired.Load() {
-		s.mc.Close()
+		s.closeIdle()
 	}
 	if err == nil && !s.contacted.Load() {
 		s.contacted.Store(true)
 	}
 	return err
+}
+
+// closeIdle closes the server's idle connections, in both protocols.
+func (s *server) closeIdle() {
+	s.meta.CloseIdle()
+	s.classic.CloseIdle()
 }
 
 // retire closes the server's idle connections now, and those in use as
@@ -106,7 +165,7 @@ func (s *server) call(f func(*memcache.Client) error) error {
 func (s *server) retire() {
 	s.retired.Store(true)
 	if s.inflight.Load() == 0 {
-		s.mc.Close()
+		s.closeIdle()
 	}
 }
 
@@ -151,6 +210,7 @@ const (
 	broken                        // the connection broke: the request may have run
 	refused                       // the server answered with an error: the request did not run
 	local                         // this machine's resources ran out: nothing was sent, no server is to blame
+	abandoned                     // the caller's context ended: the request may have run; no server is to blame
 )
 
 // failureOf returns what err, from a request to a server, says about it.
@@ -168,6 +228,8 @@ func classifyErr(err error) failure {
 	var cte *memcache.ConnectTimeoutError
 	var ne net.Error
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return abandoned
 	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
 		errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrMalformedKey):
 		return healthy
@@ -180,7 +242,8 @@ func classifyErr(err error) failure {
 	case errors.As(err, &ne) && ne.Timeout():
 		return timedOut
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed),
+		errors.Is(err, meta.ErrConnClosed), errors.Is(err, meta.ErrProtocol):
 		return broken
 	}
 	var oe *net.OpError

@@ -14,9 +14,7 @@ import (
 )
 
 // key is the i-th key of a path. Its prefix ends with a separator: ring/,
-// client/ and so on, but sharded: and zoned: in the zone step, where
-// memcached's per-prefix counters, which end a prefix at the first ':',
-// must tell the paths apart (see detailStats).
+// client/ and so on, sharded: and zoned: in the zone step.
 func key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 
 // writeKeys sets the keys 0 ... n-1 of prefix, from 8 goroutines.

@@ -60,12 +60,14 @@ func (z *zoneStep) run() error {
 		out.say("  %-8s %s", zone, strings.Join(names, ", "))
 	}
 
-	sharded, err := selector.NewClientFromList(z.ss, z.opts...)
+	var shardedHits, zonedHits hitCounter // where each client's Gets hit
+	sharded, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{selector.WithDialContext(shardedHits.dial)})...)
 	if err != nil {
 		return err
 	}
 	defer sharded.Close()
-	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{selector.WithPool(selector.ByZone(own).WithMissFailover())})...)
+	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{
+		selector.WithPool(selector.ByZone(own).WithMissFailover()), selector.WithDialContext(zonedHits.dial)})...)
 	if err != nil {
 		return err
 	}
@@ -85,11 +87,11 @@ func (z *zoneStep) run() error {
 	out.say("  %-11s the same with WithPool(selector.ByZone(%q).WithMissFailover()): each key on one", "zoned pool", own)
 	out.say("  %-11s pod of each zone, read in %s first, in the other zones on a miss (keys zoned:...)", "", own)
 	out.say("Each has written all its keys, and sends %s requests/s: a Get, and a Set after a miss.", count(shardedLoad.rate()))
-	out.say("\"in %s\" is the share of the pool's Get hits served there, by memcached's counters (stats detail).", own)
+	out.say("\"in %s\" is the share of the pool's Get hits served there, counted on its connections by server.", own)
 
-	// The pool's column: where its Gets hit, by memcached's counters per
-	// key prefix. The sharded path's share is kept for the text.
-	zh := &zoneHits{zoneOf: zoneOf, zone: own, log: z.log}
+	// The pool's column: where its Gets hit, by the servers that answered
+	// them. The sharded path's share is kept for the text.
+	zh := &zoneHits{zoneOf: zoneOf, zone: own, paths: map[string]*hitCounter{"sharded": &shardedHits, "zoned": &zonedHits}}
 	zh.delta()
 	var last map[string]hitsIn
 	t := out.trafficTable("step", z.ss, shardedLoad, zonedLoad).withColumn("in "+own, 9, func() string {

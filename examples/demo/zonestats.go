@@ -1,69 +1,107 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// statsTimeout bounds the demo's own requests to a memcached: its stats,
-// and the keys it counts there.
+// statsTimeout bounds the demo's own requests to a memcached: the keys it
+// counts there.
 const statsTimeout = 2 * time.Second
 
-// detailStats returns the Get hits memcached at addr served per key prefix
-// (up to the first ':'), from its own counters: `stats detail dump`. It
-// turns them on first (`stats detail on`): a memcached that restarted has
-// them off, and turning them on again keeps them. The library has no
-// per-server counts, and needs none: where a read was served is the
-// servers' business, and they tell. It asks on a connection of its own,
-// in the text protocol, which gomemcache does not speak for stats.
-func detailStats(addr string) (map[string]int64, error) {
-	c, err := net.DialTimeout("tcp", addr, statsTimeout)
+// hitCounter counts the Get hits that each server answered one client with,
+// on the client's own connections (WithDialContext): where a read was
+// served is the servers' answer, and the library keeps no per-server
+// counts. (memcached's own counters per key prefix, stats detail, count
+// the classic protocol's gets only, not the meta protocol's mg that the
+// Client sends.)
+type hitCounter struct {
+	mu   sync.Mutex
+	hits map[string]int64 // by server address
+}
+
+func (h *hitCounter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(statsTimeout)); err != nil {
-		return nil, err
-	}
-	if _, err := c.Write([]byte("stats detail on\r\nstats detail dump\r\n")); err != nil {
-		return nil, err
-	}
-	hits := map[string]int64{}
-	sc := bufio.NewScanner(c)
-	for sc.Scan() {
-		// PREFIX <prefix> get <n> hit <n> set <n> del <n>
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) == 1 && f[0] == "END":
-			return hits, nil
-		case len(f) >= 6 && f[0] == "PREFIX" && f[4] == "hit":
-			n, err := strconv.ParseInt(f[5], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("stats detail from %s: %q: %w", addr, sc.Text(), err)
-			}
-			hits[f[1]] = n
-		}
-	}
-	return nil, fmt.Errorf("stats detail from %s: no END: %v", addr, sc.Err())
+	return &countingConn{Conn: c, h: h, addr: addr}, nil
 }
 
-// zoneHits counts, per key prefix, the Get hits the servers served in one
-// zone and in all zones, between calls of delta.
+func (h *hitCounter) add(addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hits == nil {
+		h.hits = map[string]int64{}
+	}
+	h.hits[addr]++
+}
+
+func (h *hitCounter) snapshot() map[string]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.hits)
+}
+
+// countingConn counts the hits in the replies it reads: each reply line,
+// and after a hit's line (meta VA <size>, classic VALUE <key> <flags>
+// <size>) its value, which it skips.
+type countingConn struct {
+	net.Conn
+	h    *hitCounter
+	addr string
+	line []byte // the reply line read so far
+	skip int    // the bytes of a value (and its \r\n) still to pass
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	for p := b[:n]; len(p) > 0; {
+		if c.skip > 0 {
+			k := min(c.skip, len(p))
+			c.skip, p = c.skip-k, p[k:]
+			continue
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			c.line = append(c.line, p...)
+			break
+		}
+		c.line, p = append(c.line, p[:i+1]...), p[i+1:]
+		f := strings.Fields(string(c.line))
+		c.line = c.line[:0]
+		size := -1
+		switch {
+		case len(f) >= 2 && f[0] == "VA":
+			size, _ = strconv.Atoi(f[1])
+		case len(f) >= 4 && f[0] == "VALUE":
+			size, _ = strconv.Atoi(f[3])
+		}
+		if size >= 0 {
+			c.skip = size + 2
+			c.h.add(c.addr)
+		}
+	}
+	return n, err
+}
+
+// zoneHits counts, per path, the Get hits the servers served in one zone
+// and in all zones, between calls of delta.
 type zoneHits struct {
-	zoneOf map[string]string // a server's address -> its zone
-	zone   string
-	log    *slog.Logger
-	prev   map[string]map[string]int64 // by server, by prefix
+	zoneOf map[string]string      // a server's address -> its zone
+	zone   string                 // the clients' own
+	paths  map[string]*hitCounter // by path name: "sharded", "zoned"
+	prev   map[string]map[string]int64
 }
 
 // hitsIn are Get hits served in a zone, and in all.
@@ -76,38 +114,24 @@ func (h hitsIn) share() float64 {
 	return float64(h.zone) / float64(h.all)
 }
 
-// delta returns the hits per prefix since the previous call. A server that
-// refuses connections is dead, served none, and counts from zero when it
-// is back (restarted); one that does not answer otherwise shows its hits at
-// the next call.
+// delta returns the hits per path since the previous call.
 func (z *zoneHits) delta() map[string]hitsIn {
 	if z.prev == nil {
 		z.prev = map[string]map[string]int64{}
 	}
 	out := map[string]hitsIn{}
-	for addr, zone := range z.zoneOf {
-		now, err := detailStats(addr)
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			delete(z.prev, addr)
-			continue
-		}
-		if err != nil {
-			z.log.Warn("demo: stats detail", "server", addr, "err", err)
-			continue
-		}
-		for prefix, n := range now {
-			d := n - z.prev[addr][prefix]
-			if d < 0 { // restarted between two calls
-				d = n
-			}
-			h := out[prefix]
+	for path, hc := range z.paths {
+		now := hc.snapshot()
+		var h hitsIn
+		for addr, n := range now {
+			d := n - z.prev[path][addr]
 			h.all += d
-			if zone == z.zone {
+			if z.zoneOf[addr] == z.zone {
 				h.zone += d
 			}
-			out[prefix] = h
 		}
-		z.prev[addr] = now
+		out[path] = h
+		z.prev[path] = now
 	}
 	return out
 }

@@ -61,6 +61,28 @@ func (p *Pool) Close() error {
 	return nil
 }
 
+// CloseIdle closes the connections with no request outstanding, and
+// leaves p usable: a later request dials again. It is for a server that
+// left, whose connections should not be kept (see gomemcache issue #118).
+func (p *Pool) CloseIdle() {
+	p.mu.Lock()
+	var idle []*Conn
+	live := p.conns[:0]
+	for _, c := range p.conns {
+		if c.Outstanding() == 0 {
+			idle = append(idle, c)
+		} else {
+			live = append(live, c)
+		}
+	}
+	clear(p.conns[len(live):])
+	p.conns = live
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}
+
 var errPoolClosed = fmt.Errorf("%w: pool closed", ErrConnClosed)
 
 // conn picks the connection for one request, dialing one if it must.

@@ -1,0 +1,326 @@
+package selector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
+)
+
+// wire is how the Client talks to one server: memcached's meta protocol on
+// pipelined connections of its own (metaWire), or, for a server without the
+// meta commands (memcached before 1.6, some proxies), gomemcache's classic
+// protocol (classicWire). Both return gomemcache's items and error values,
+// so that the Client's methods answer as *memcache.Client's do.
+type wire interface {
+	Get(ctx context.Context, key string) (*memcache.Item, error)
+	// GetForCopy is Get with the item's remaining expiration in
+	// Expiration (0: never expires), and whether it is exact: the classic
+	// protocol cannot read it, and gives the fallback instead.
+	GetForCopy(ctx context.Context, key string, fallback int32) (it *memcache.Item, exact bool, err error)
+	GetMulti(ctx context.Context, keys []string) (map[string]*memcache.Item, error)
+	// GetMultiForCopy is GetMulti with each item's expiration, as
+	// GetForCopy's.
+	GetMultiForCopy(ctx context.Context, keys []string, fallback int32) (map[string]*memcache.Item, error)
+	GetAndTouch(ctx context.Context, key string, exp int32) (*memcache.Item, error)
+	Touch(ctx context.Context, key string, exp int32) error
+	Store(ctx context.Context, kind opKind, it *memcache.Item) error
+	Delete(ctx context.Context, key string) error
+	Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error)
+	FlushAll(ctx context.Context) error
+	Ping(ctx context.Context) error
+	CloseIdle() // closes the idle connections; the wire stays usable
+}
+
+// metaWire is a wire over the meta protocol (see internal/meta).
+type metaWire struct{ p *meta.Pool }
+
+func newMetaWire(a *staticAddr, cc connConfig) metaWire {
+	dial := cc.dialer()
+	return metaWire{meta.NewPool(func(ctx context.Context) (net.Conn, error) {
+		c, err := dial(ctx, a.network, a.str)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	}, meta.Options{Timeout: cc.timeout, MaxConns: cc.maxIdle})}
+}
+
+var (
+	getItem   = meta.GetOptions{Value: true, ClientFlags: true, CAS: true}
+	copyItem  = meta.GetOptions{Value: true, ClientFlags: true, CAS: true, TTL: true}
+	touchOnly = meta.GetOptions{Touch: true}
+)
+
+func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
+	it, err := w.p.Get(ctx, key, getItem)
+	if err != nil {
+		return nil, gomemcacheErr("get", err)
+	}
+	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, nil
+}
+
+func (w metaWire) GetForCopy(ctx context.Context, key string, _ int32) (*memcache.Item, bool, error) {
+	it, err := w.p.Get(ctx, key, copyItem)
+	if err != nil {
+		return nil, false, gomemcacheErr("get", err)
+	}
+	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}, true, nil
+}
+
+func (w metaWire) GetMulti(ctx context.Context, keys []string) (map[string]*memcache.Item, error) {
+	return w.getMulti(ctx, keys, getItem)
+}
+
+func (w metaWire) GetMultiForCopy(ctx context.Context, keys []string, _ int32) (map[string]*memcache.Item, error) {
+	return w.getMulti(ctx, keys, copyItem)
+}
+
+func (w metaWire) getMulti(ctx context.Context, keys []string, o meta.GetOptions) (map[string]*memcache.Item, error) {
+	got, err := w.p.GetMulti(ctx, keys, o)
+	m := make(map[string]*memcache.Item, len(got))
+	for k, it := range got {
+		m[k] = &memcache.Item{Key: k, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}
+	}
+	if err != nil {
+		return m, gomemcacheErr("get", err)
+	}
+	return m, nil
+}
+
+// copyExp is the expiration, in memcached's form, that a copy of it keeps:
+// its remaining TTL, if it was read.
+func copyExp(it meta.Item) int32 {
+	switch {
+	case it.Has&meta.RetTTL == 0, it.TTL < 0: // not asked; t-1: never expires
+		return 0
+	case it.TTL == 0: // t0: it expires within the second
+		return 1
+	}
+	return int32(it.TTL)
+}
+
+func (w metaWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memcache.Item, error) {
+	o := getItem
+	o.Touch, o.TouchTTL = true, exp
+	it, err := w.p.Get(ctx, key, o)
+	if err != nil {
+		return nil, gomemcacheErr("gat", err)
+	}
+	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, nil
+}
+
+func (w metaWire) Touch(ctx context.Context, key string, exp int32) error {
+	o := touchOnly
+	o.TouchTTL = exp
+	_, err := w.p.Get(ctx, key, o)
+	return gomemcacheErr("touch", err)
+}
+
+// storeModes are the ms modes of the store kinds, and their classic verbs,
+// for errors worded as gomemcache's.
+var storeModes = map[opKind]struct {
+	mode meta.Mode
+	verb string
+}{
+	opSet: {meta.ModeSet, "set"}, opAdd: {meta.ModeAdd, "add"}, opReplace: {meta.ModeReplace, "replace"},
+	opCAS: {meta.ModeSet, "cas"}, opAppend: {meta.ModeAppend, "append"}, opPrepend: {meta.ModePrepend, "prepend"},
+}
+
+func (w metaWire) Store(ctx context.Context, kind opKind, it *memcache.Item) error {
+	if !legalKey(it.Key) {
+		return memcache.ErrMalformedKey
+	}
+	m := storeModes[kind]
+	o := meta.SetOptions{TTL: it.Expiration, ClientFlags: it.Flags, Mode: m.mode}
+	if kind == opCAS {
+		o.CompareCAS = it.CasID
+		if it.CasID == 0 { // gomemcache sends cas 0, which no item has
+			o.CompareCAS = 1<<64 - 1
+		}
+	}
+	_, err := w.p.Set(ctx, it.Key, it.Value, o)
+	return gomemcacheErr(m.verb, err)
+}
+
+func (w metaWire) Delete(ctx context.Context, key string) error {
+	return gomemcacheErr("delete", w.p.Delete(ctx, key, meta.DeleteOptions{}))
+}
+
+func (w metaWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
+	n, err := w.p.Arith(ctx, key, meta.ArithOptions{Decrement: decr, Delta: delta, Value: true})
+	if err != nil {
+		return 0, gomemcacheErr("incr", err)
+	}
+	return n.Value, nil
+}
+
+// FlushAll has no meta command: server.call sends it by the classic
+// protocol (see server.classic).
+func (w metaWire) FlushAll(context.Context) error { return errNoMetaFlush }
+
+var errNoMetaFlush = errors.New("selector: flush_all has no meta command")
+
+func (w metaWire) Ping(ctx context.Context) error { return gomemcacheErr("mn", w.p.Noop(ctx)) }
+
+func (w metaWire) CloseIdle() { w.p.CloseIdle() }
+
+// gomemcacheErr returns err, from the meta protocol, as gomemcache returns
+// the classic protocol's answer: its sentinels for the answers (a miss, not
+// stored, a CAS conflict), its wording for the server's errors; transport
+// errors as they are (see failureOf).
+func gomemcacheErr(verb string, err error) error {
+	var se *meta.ServerError
+	var ce *meta.ClientError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, meta.ErrMiss), errors.Is(err, meta.ErrNotFound):
+		return memcache.ErrCacheMiss
+	case errors.Is(err, meta.ErrNotStored):
+		return memcache.ErrNotStored
+	case errors.Is(err, meta.ErrExists):
+		return memcache.ErrCASConflict
+	case errors.Is(err, meta.ErrInvalidKey):
+		return memcache.ErrMalformedKey
+	case errors.As(err, &se):
+		return &serverAnswer{fmt.Errorf("memcache: unexpected response line from %q: %q", verb, "SERVER_ERROR "+se.Msg+"\r\n"), err}
+	case errors.As(err, &ce):
+		return &serverAnswer{errors.New("memcache: client error: " + ce.Msg), err}
+	}
+	return err
+}
+
+// serverAnswer is the server's error answer (SERVER_ERROR, CLIENT_ERROR),
+// worded as gomemcache words it; Unwrap gives the meta protocol's error.
+type serverAnswer struct {
+	gm   error
+	meta error
+}
+
+func (e *serverAnswer) Error() string { return e.gm.Error() }
+func (e *serverAnswer) Unwrap() error { return e.meta }
+
+// classicWire is a wire over gomemcache's classic protocol. gomemcache has
+// no contexts: a request's context is checked before it is sent, and its
+// deadline does not bound it (the Client's timeout does).
+type classicWire struct{ mc *memcache.Client }
+
+func newClassicWire(a *staticAddr, cc connConfig) classicWire {
+	mc := memcache.NewFromSelector(fixed{a})
+	mc.Timeout = cc.timeout
+	mc.MaxIdleConns = cc.maxIdle
+	dial := cc.dialer()
+	mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	}
+	return classicWire{mc}
+}
+
+func (w classicWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return w.mc.Get(key)
+}
+
+func (w classicWire) GetForCopy(ctx context.Context, key string, fallback int32) (*memcache.Item, bool, error) {
+	it, err := w.Get(ctx, key)
+	if err == nil {
+		it.Expiration = fallback
+	}
+	return it, false, err
+}
+
+func (w classicWire) GetMulti(ctx context.Context, keys []string) (map[string]*memcache.Item, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return w.mc.GetMulti(keys)
+}
+
+func (w classicWire) GetMultiForCopy(ctx context.Context, keys []string, fallback int32) (map[string]*memcache.Item, error) {
+	m, err := w.GetMulti(ctx, keys)
+	for _, it := range m {
+		it.Expiration = fallback
+	}
+	return m, err
+}
+
+func (w classicWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memcache.Item, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return w.mc.GetAndTouch(key, exp)
+}
+
+func (w classicWire) Touch(ctx context.Context, key string, exp int32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return w.mc.Touch(key, exp)
+}
+
+func (w classicWire) Store(ctx context.Context, kind opKind, it *memcache.Item) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch kind {
+	case opAdd:
+		return w.mc.Add(it)
+	case opReplace:
+		return w.mc.Replace(it)
+	case opCAS:
+		return w.mc.CompareAndSwap(it)
+	case opAppend:
+		return w.mc.Append(it)
+	case opPrepend:
+		return w.mc.Prepend(it)
+	}
+	return w.mc.Set(it)
+}
+
+func (w classicWire) Delete(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return w.mc.Delete(key)
+}
+
+func (w classicWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if decr {
+		return w.mc.Decrement(key, delta)
+	}
+	return w.mc.Increment(key, delta)
+}
+
+func (w classicWire) FlushAll(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return w.mc.FlushAll()
+}
+
+func (w classicWire) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return w.mc.Ping()
+}
+
+func (w classicWire) CloseIdle() { w.mc.Close() }
+
+// noMetaNote is logged once for a server found without the meta protocol.
+const noMetaNote = "the server does not speak memcached's meta protocol (memcached 1.6 or later): using the classic protocol, " +
+	"with which handoff copies get a fixed expiration and a request's context does not bound it once sent"
