@@ -119,7 +119,7 @@ bench: bench-deps
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out \
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out \
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)" >bench-goals.out
 	@cat BENCHMARKS.md
 	@echo; echo "The Client against gomemcache (BenchmarkClientVsGomemcache; BENCHMARKS.md has the tables):"; cat bench-goals.out

@@ -38,6 +38,7 @@ var (
 	benchstatFile = flag.String("benchstat", "", "benchstat output `file` to append, if it exists")
 	loadFile      = flag.String("loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the header, if it exists")
 	e2eFile       = flag.String("e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
+	histFile      = flag.String("histcheck", "", "output `file` of make histcheck-long to summarize, if it exists")
 	command       = flag.String("command", "make bench", "the `command` that produced the report, for its header")
 )
 
@@ -103,6 +104,12 @@ func run() error {
 		}
 		fmt.Fprintf(&body, "## On a real control plane\n\nFrom `make bench-e2e` on %s: the e2e suite's convergence and rolling-restart scenarios, against kube-apiserver, kube-controller-manager and etcd v1.37.2 and real memcached servers on this machine.\n\n%s\n",
 			fi.ModTime().UTC().Format("2006-01-02 15:04 MST"), b)
+	}
+
+	if _, err := os.Stat(*histFile); err == nil {
+		if err := histcheckSection(&body, *histFile); err != nil {
+			return err
+		}
 	}
 
 	if b, err := os.ReadFile(*benchstatFile); err == nil && len(b) > 0 {
