@@ -158,31 +158,104 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 	return nil, memcache.ErrCacheMiss
 }
 
-// copyTo adds it, read from p, to s, deletes it at p, and returns s's copy
-// (or it if s's cannot be read), or nil if a write or delete overtook the
-// copy, which st tracks: the caller registers it (see copies) before it
-// reads p, and ends it after. The copy is undone if p's value changed or went after it was read,
-// or a write or delete of this client's overtook it (see copies): either
-// could have put an old value back after a delete at s. A miss later is
-// safe; a stale value is not. Delete deletes where a key was before it
-// deletes at its server, so that the check of p sees it.
+// copyTo copies it, read from p, to s, deletes it at p, and returns s's
+// copy (or it if s's cannot be read), or nil if a write or delete overtook
+// the copy, which st tracks: the caller registers it (see copies) before it
+// reads p, and ends it after.
+//
+// The copy first reserves the key at s (see wire.Reserve): a placeholder,
+// which readers take for a miss. Then p is read again: if its value
+// changed or went, or a write or delete of this client's overtook the
+// copy, the placeholder is removed. Else the copy fills it, with a
+// compare-and-swap on its CAS, which fails if a write or a delete of any
+// client replaced or removed it meanwhile. So a copy never lands after a
+// delete of the key (Delete deletes where a key was before it deletes at
+// its server, so that the check of p sees it), and is never readable
+// before its check. Over the classic protocol, which has no placeholders,
+// the copy is added, checked and undone (see addCopy).
 //
 // Where s has the key already, it is not deleted at p: s's value is a
 // write's, which deletes at p itself, or another copy's, whose check of p
 // would take that delete for a racing Delete and undo the copy. Where s
 // failed, p keeps the key for the next read.
 func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState) *memcache.Item {
-	cp := *it
-	if rt := c.rt.Load(); rt.baseOwner(c.hash(it.Key)) != s {
-		cp.Expiration = c.standInExp(cp.Expiration)
+	cp := c.copyOf(s, it)
+	var present *memcache.Item
+	var stub uint64
+	var reserved bool
+	err := s.call(func(w wire) (err error) {
+		present, stub, reserved, err = w.Reserve(ctx, it.Key, c.reserveTTL())
+		return
+	})
+	switch {
+	case errors.Is(err, errNoReserve):
+		return c.addCopy(ctx, s, p, it, &cp, st)
+	case err != nil:
+		c.reportHandoff(p, s, HandoffFailed)
+		return c.unlessOvertaken(st, it)
+	case present != nil:
+		c.reportHandoff(p, s, HandoffPresent)
+		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
+		return c.unlessOvertaken(st, present)
+	case !reserved: // another copy is under way: this read is served from p
+		return c.unlessOvertaken(st, it)
 	}
-	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, &cp) })
+	var now *memcache.Item
+	perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
+	if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
+		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
+		c.reportHandoff(p, s, HandoffUndone)
+		return nil
+	}
+	cp.CasID = stub
+	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) }); err != nil {
+		// A write or delete got there first, and is newer; or s failed,
+		// and the placeholder expires by itself.
+		c.reportHandoff(p, s, HandoffUndone)
+		return nil
+	}
+	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
+	c.reportHandoff(p, s, HandoffCopied)
+	return c.readBack(s, it, cp.Expiration, st)
+}
+
+// unlessOvertaken returns it, or nil if a write or delete of this client's
+// overtook the copy st.
+func (c *Client) unlessOvertaken(st *copyState, it *memcache.Item) *memcache.Item {
+	if c.copies.check(st) {
+		return nil
+	}
+	return it
+}
+
+// readBack returns s's copy of it, with s's CAS id, for the caller (it if
+// s cannot be read), or nil if the copy st was overtaken.
+func (c *Client) readBack(s *server, it *memcache.Item, exp int32, st *copyState) *memcache.Item {
+	var got *memcache.Item
+	gerr := s.call(func(w wire) (err error) { got, err = w.Get(c.ctx, it.Key); return })
+	if c.copies.check(st) {
+		return nil
+	}
+	if gerr == nil {
+		got.Expiration = exp // for a pool's repair (see Client.getItem)
+		return got
+	}
+	return it
+}
+
+// addCopy is copyTo over the classic protocol: cp, the copy of it, is
+// added at s, p is read again, and the copy undone if p's value changed or
+// went, or a write or delete of this client's overtook it. Between the add
+// and the undo, another client can read the copy (see the README's
+// "Consistency").
+func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState) *memcache.Item {
+	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, cp) })
 	switch {
 	case err == nil:
 		var now *memcache.Item
 		perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
-			c.undoCopy(s, &cp)
+			c.undoCopy(s, cp)
 			c.reportHandoff(p, s, HandoffUndone)
 			return nil
 		}
@@ -190,23 +263,19 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
 		c.reportHandoff(p, s, HandoffFailed)
-		if c.copies.check(st) {
-			return nil
-		}
-		return it
+		return c.unlessOvertaken(st, it)
 	default:
 		c.reportHandoff(p, s, HandoffPresent)
 	}
-	var got *memcache.Item
-	gerr := s.call(func(w wire) (err error) { got, err = w.Get(c.ctx, it.Key); return })
-	if c.copies.check(st) {
-		return nil
-	}
-	if gerr == nil {
-		got.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
-		return got
-	}
-	return it
+	return c.readBack(s, it, cp.Expiration, st)
+}
+
+// reserveTTL is how long a copy's placeholder lives, in seconds, if the
+// copy never fills it: longer than a copy's check and fill take (two
+// requests, each within the timeout), short enough that a copier that died
+// costs its key a few seconds of misses.
+func (c *Client) reserveTTL() int32 {
+	return max(2, int32((4*c.cfg.conn.timeout+time.Second-1)/time.Second))
 }
 
 // undoCopy removes cp, a copy that copyTo added at s, unless s's value

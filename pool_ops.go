@@ -43,35 +43,103 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 	return nil, err
 }
 
-// repair copies it, found in group g, to the groups that missed it, with
-// add, so that a newer value there is never replaced, and reports whether it
-// may be served. A write or delete may run between the read at g and an add,
-// and the add would bring an old value back: so g is read again after the
-// adds, and the copies are deleted (or logged for deletion where that fails)
-// if g's value changed or went, or if a write or delete of this client's
-// overtook the repair (see copies), which then serves a miss. A Delete on a
-// pool with miss failover deletes twice (see pooled.delete), so that a copy
-// that another client added before the first pass ended is gone after the
-// second.
+// repair copies it, found in group g, to the groups that missed it, and
+// reports whether it may be served. A write or delete may run between the
+// read at g and a copy, and the copy would bring an old value back: so
+// each copy first reserves the key in its group (a placeholder, which
+// readers take for a miss, and which a write or delete there replaces or
+// removes; see wire.Reserve), then g is read again, and the copies fill
+// their placeholders only if g's value is unchanged and no write or delete
+// of this client's overtook the repair (see copies), which else serves a
+// miss. Over the classic protocol, which has no placeholders, the copy is
+// added first and deleted (or logged for deletion) after such a check. A
+// Delete on a pool with miss failover deletes twice (see pooled.delete),
+// so that a classic copy that another client added before the first pass
+// ended is gone after the second.
 func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item, st *copyState) bool {
 	if len(missed) == 0 {
 		return !pl.copies.check(st)
 	}
-	for _, m := range missed {
-		cp := *it // with its remaining expiration (see Client.getItem)
-		m.c.Add(&cp)
+	holds := make([]copyHold, len(missed))
+	for i, m := range missed {
+		holds[i] = m.c.reserveCopy(it) // it has its remaining expiration (see Client.getItem)
 	}
 	now, err := g.c.Get(it.Key)
-	overtaken := pl.copies.check(st)
-	if err != nil || now.CasID != it.CasID || overtaken {
-		for _, m := range missed {
-			if err := m.c.Delete(it.Key); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-				m.c.forget(it.Key)
-			}
+	if err != nil || now.CasID != it.CasID || pl.copies.check(st) {
+		for i, m := range missed {
+			m.c.dropCopy(holds[i], it.Key)
 		}
 		return false
 	}
+	for i, m := range missed {
+		m.c.fillCopy(holds[i], it)
+	}
 	return true
+}
+
+// copyHold is a copy that reserveCopy started at s: a placeholder of CAS
+// stub to fill, or (over the classic protocol) a copy added already.
+type copyHold struct {
+	s     *server
+	stub  uint64
+	added bool
+}
+
+// reserveCopy starts a copy of it at its key's server for c (see
+// pooled.repair). The zero copyHold is no copy: the key is there already,
+// another copy holds it, or the server failed.
+func (c *Client) reserveCopy(it *memcache.Item) copyHold {
+	h := c.hash(it.Key)
+	s, newStandIn := c.rt.Load().ownerNow(h)
+	if s == nil || newStandIn {
+		return copyHold{}
+	}
+	var stub uint64
+	var reserved bool
+	err := s.call(func(w wire) (err error) { _, stub, reserved, err = w.Reserve(c.ctx, it.Key, c.reserveTTL()); return })
+	switch {
+	case errors.Is(err, errNoReserve):
+		cp := c.copyOf(s, it)
+		return copyHold{s: s, added: s.call(func(w wire) error { return w.Store(c.ctx, opAdd, &cp) }) == nil}
+	case err != nil || !reserved:
+		return copyHold{}
+	}
+	return copyHold{s: s, stub: stub}
+}
+
+// fillCopy ends the copy ch of it: its placeholder is filled, unless a
+// write or delete replaced or removed it.
+func (c *Client) fillCopy(ch copyHold, it *memcache.Item) {
+	if ch.s == nil || ch.added {
+		return
+	}
+	cp := c.copyOf(ch.s, it)
+	cp.CasID = ch.stub
+	ch.s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) })
+}
+
+// dropCopy undoes the copy ch of key: its placeholder is removed, or the
+// classic copy deleted (or logged for deletion, where that fails).
+func (c *Client) dropCopy(ch copyHold, key string) {
+	switch {
+	case ch.s == nil:
+	case ch.added:
+		if err := c.Delete(key); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+			c.forget(key)
+		}
+	default:
+		ch.s.call(func(w wire) error { return w.DeleteCAS(c.ctx, key, ch.stub) })
+	}
+}
+
+// copyOf returns the copy of it to write at s: its expiration capped at a
+// stand-in (see standInExp).
+func (c *Client) copyOf(s *server, it *memcache.Item) memcache.Item {
+	cp := *it
+	if c.rt.Load().baseOwner(c.hash(it.Key)) != s {
+		cp.Expiration = c.standInExp(cp.Expiration)
+	}
+	return cp
 }
 
 // delete deletes key in every group; with miss failover, twice (see repair).

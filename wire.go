@@ -30,6 +30,17 @@ type wire interface {
 	Touch(ctx context.Context, key string, exp int32) error
 	Store(ctx context.Context, kind opKind, it *memcache.Item) error
 	Delete(ctx context.Context, key string) error
+	// Reserve puts a placeholder for a copy of key at the server (the meta
+	// protocol's vivify, mg N), which the copy then fills with a
+	// CompareAndSwap on the placeholder's CAS: a write or delete of the key
+	// in between replaces or removes it, and the copy does not land over
+	// it. Readers take a placeholder for a miss. Reserve returns the item
+	// already there instead (present), or reserved false if another copy
+	// holds the key; errNoReserve where the protocol has no placeholders
+	// (classic).
+	Reserve(ctx context.Context, key string, ttl int32) (present *memcache.Item, cas uint64, reserved bool, err error)
+	// DeleteCAS deletes key if its CAS is still cas.
+	DeleteCAS(ctx context.Context, key string, cas uint64) error
 	Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error)
 	FlushAll(ctx context.Context) error
 	Ping(ctx context.Context) error
@@ -56,8 +67,18 @@ var (
 	touchOnly = meta.GetOptions{Touch: true}
 )
 
+// placeholder reports whether it is a copy's placeholder (see
+// wire.Reserve: W or Z) or an item another client invalidated (X): to
+// this Client, a miss.
+func placeholder(it meta.Item) bool {
+	return it.Has&(meta.RetWon|meta.RetAlreadyWon|meta.RetStale) != 0
+}
+
 func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
 	it, err := w.p.Get(ctx, key, getItem)
+	if err == nil && placeholder(it) {
+		err = meta.ErrMiss
+	}
 	if err != nil {
 		return nil, gomemcacheErr("get", err)
 	}
@@ -66,6 +87,9 @@ func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
 
 func (w metaWire) GetForCopy(ctx context.Context, key string, _ int32) (*memcache.Item, bool, error) {
 	it, err := w.p.Get(ctx, key, copyItem)
+	if err == nil && placeholder(it) {
+		err = meta.ErrMiss
+	}
 	if err != nil {
 		return nil, false, gomemcacheErr("get", err)
 	}
@@ -84,6 +108,9 @@ func (w metaWire) getMulti(ctx context.Context, keys []string, o meta.GetOptions
 	got, err := w.p.GetMulti(ctx, keys, o)
 	m := make(map[string]*memcache.Item, len(got))
 	for k, it := range got {
+		if placeholder(it) {
+			continue
+		}
 		m[k] = &memcache.Item{Key: k, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}
 	}
 	if err != nil {
@@ -108,6 +135,9 @@ func (w metaWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memc
 	o := getItem
 	o.Touch, o.TouchTTL = true, exp
 	it, err := w.p.Get(ctx, key, o)
+	if err == nil && placeholder(it) {
+		err = meta.ErrMiss
+	}
 	if err != nil {
 		return nil, gomemcacheErr("gat", err)
 	}
@@ -149,6 +179,25 @@ func (w metaWire) Store(ctx context.Context, kind opKind, it *memcache.Item) err
 
 func (w metaWire) Delete(ctx context.Context, key string) error {
 	return gomemcacheErr("delete", w.p.Delete(ctx, key, meta.DeleteOptions{}))
+}
+
+func (w metaWire) Reserve(ctx context.Context, key string, ttl int32) (*memcache.Item, uint64, bool, error) {
+	o := getItem
+	o.Vivify, o.VivifyTTL = true, ttl
+	it, err := w.p.Get(ctx, key, o)
+	switch {
+	case err != nil:
+		return nil, 0, false, gomemcacheErr("get", err)
+	case it.Won() && !it.Stale():
+		return nil, it.CAS, true, nil // a placeholder of this copy's
+	case placeholder(it):
+		return nil, 0, false, nil // another copy's, or an invalidated item
+	}
+	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, 0, false, nil
+}
+
+func (w metaWire) DeleteCAS(ctx context.Context, key string, cas uint64) error {
+	return gomemcacheErr("delete", w.p.Delete(ctx, key, meta.DeleteOptions{CompareCAS: cas}))
 }
 
 func (w metaWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
@@ -294,6 +343,16 @@ func (w classicWire) Delete(ctx context.Context, key string) error {
 	}
 	return w.mc.Delete(key)
 }
+
+// errNoReserve: the classic protocol has no placeholders (see
+// wire.Reserve); a copy is added, checked and undone instead.
+var errNoReserve = errors.New("selector: no placeholders in the classic protocol")
+
+func (classicWire) Reserve(context.Context, string, int32) (*memcache.Item, uint64, bool, error) {
+	return nil, 0, false, errNoReserve
+}
+
+func (classicWire) DeleteCAS(context.Context, string, uint64) error { return errNoReserve }
 
 func (w classicWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
 	if err := ctx.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -219,11 +220,73 @@ func isGetRequest(b []byte) bool {
 	return bytes.HasPrefix(b, []byte("mg ")) || bytes.HasPrefix(b, []byte("gets "))
 }
 
-// isAddRequest reports whether b starts with an add: ms in mode E, or the
-// classic add.
+// isAddRequest reports whether b starts a handoff's copy at its new
+// server: the meta protocol's placeholder (mg with N; see wire.Reserve) or
+// add (ms in mode E), or the classic add.
 func isAddRequest(b []byte) bool {
 	line, _, _ := bytes.Cut(b, []byte("\r\n"))
-	return bytes.HasPrefix(b, []byte("add ")) || bytes.HasPrefix(line, []byte("ms ")) && bytes.Contains(line, []byte(" ME"))
+	return bytes.HasPrefix(b, []byte("add ")) ||
+		bytes.HasPrefix(line, []byte("ms ")) && bytes.Contains(line, []byte(" ME")) ||
+		bytes.HasPrefix(line, []byte("mg ")) && bytes.Contains(line, []byte(" N"))
+}
+
+// TestCopyNeverLandsAfterADelete: client A hands a moved key off; client B
+// deletes the key after A read it where it was, before A's copy reaches
+// the key's new server. B's Delete returns; then A's copy arrives, and A is
+// slow to check the source. B reads the key meanwhile: it must miss. With
+// add, check and undo (the classic protocol's copy), the copy is readable
+// from its add to its undo; with a placeholder (see wire.Reserve), the
+// copy never lands.
+func TestCopyNeverLandsAfterADelete(t *testing.T) {
+	ms := startMemcached(t, 2)
+	from, to := ms[0].addr, ms[1].addr
+	var on atomic.Bool
+	var fromGets atomic.Int32
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(from))
+	a, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithTimeout(2*time.Second),
+		WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return delayedWrites{conn, func(b []byte) time.Duration {
+				switch {
+				case !on.Load():
+				case addr == to && isAddRequest(b):
+					return 300 * time.Millisecond // the copy reaches the new server after B's Delete
+				case addr == from && isGetRequest(b) && fromGets.Add(1) == 2:
+					return 400 * time.Millisecond // the copy's check of its source
+				}
+				return 0
+			}}, nil
+		}))
+	require.NoError(t, err)
+	defer a.Close()
+	b, sb := newTestClient(t, []string{from})
+	var both ServerList
+	require.NoError(t, both.SetServers(from, to))
+	key := keysOf(t, &both, to, 1)[0]
+	require.NoError(t, a.Set(&memcache.Item{Key: key, Value: []byte("v0")}))
+	require.NoError(t, ss.SetServers(from, to))
+	require.NoError(t, sb.SetServers(from, to))
+	for _, c := range []*Client{a, b} {
+		eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) == 1 })
+	}
+	on.Store(true)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Get(key) }()
+	time.Sleep(100 * time.Millisecond) // A has read the source; its copy is on its way
+	require.NoError(t, b.Delete(key))
+	time.Sleep(300 * time.Millisecond) // A's copy has reached the new server; A checks the source
+	_, err = b.Get(key)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "another client read a copy that landed after its Delete")
+	<-done
+	on.Store(false)
+	_, err = b.Get(key)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value came back")
+	_, err = a.Get(key)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value came back")
 }
 
 // TestPoolRepairKeepsTheExpiration: a replicated pool with miss failover
@@ -254,4 +317,64 @@ func TestPoolRepairKeepsTheExpiration(t *testing.T) {
 		}
 	}
 	t.Fatalf("no replica is %s", first)
+}
+
+// TestRepairNeverLandsAfterADelete: TestCopyNeverLandsAfterADelete for a
+// replicated pool's repair. Client A misses at the replica it reads first
+// and hits at the other; client B deletes the key (in both) after A's hit,
+// before A's copy reaches the first replica, and reads it while A checks
+// the other: B must miss.
+func TestRepairNeverLandsAfterADelete(t *testing.T) {
+	ms := startMemcached(t, 2)
+	var on atomic.Bool
+	var gets atomic.Int32
+	var first, second string // A's replicas, in its order of reads
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	a, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithTimeout(2*time.Second),
+		WithPool(Replicated().WithMissFailover()),
+		WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return delayedWrites{conn, func(b []byte) time.Duration {
+				switch {
+				case !on.Load():
+				case addr == first && isAddRequest(b):
+					return 300 * time.Millisecond // the copy reaches the replica after B's Delete
+				case addr == second && isGetRequest(b) && gets.Add(1) == 2:
+					return 400 * time.Millisecond // the repair's check of the replica it read
+				}
+				return 0
+			}}, nil
+		}))
+	require.NoError(t, err)
+	defer a.Close()
+	first = a.pool.view.Load().reads[0].name
+	second = ms[0].addr
+	if second == first {
+		second = ms[1].addr
+	}
+	sb := new(ServerList)
+	require.NoError(t, sb.SetServers(addrsOf(ms)...))
+	b, err := NewClientFromList(sb, WithSlog(slog.New(slog.DiscardHandler)), WithPool(Replicated().WithMissFailover()))
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, a.Set(&memcache.Item{Key: "k", Value: []byte("v0")}))
+	require.NoError(t, direct(first).Delete("k")) // A's first replica lost it (evicted, or restarted empty)
+	on.Store(true)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Get("k") }()
+	time.Sleep(100 * time.Millisecond) // A has its hit; its copy is on its way
+	require.NoError(t, b.Delete("k"))
+	time.Sleep(300 * time.Millisecond) // A's copy has reached the replica; A checks the other
+	_, err = b.Get("k")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "another client read a repair that landed after its Delete")
+	<-done
+	on.Store(false)
+	for _, m := range ms {
+		_, err := direct(m.addr).Get("k")
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value came back at %s", m.addr)
+	}
 }

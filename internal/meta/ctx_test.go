@@ -57,9 +57,9 @@ func TestContextDeadlineStoppedServer(t *testing.T) {
 		_, err := c.Get(context.Background(), "other", GetOptions{Value: true})
 		other <- err
 	}()
+	start := time.Now() // before the deadline is set: the goroutine may be descheduled in between
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := c.Get(ctx, "k", GetOptions{Value: true})
 	took := time.Since(start)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
