@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,16 +81,21 @@ func (c *countingConn) Read(b []byte) (int, error) {
 		c.line, p = append(c.line, p[:i+1]...), p[i+1:]
 		f := strings.Fields(string(c.line))
 		c.line = c.line[:0]
-		size := -1
+		size, hit := -1, true
 		switch {
 		case len(f) >= 2 && f[0] == "VA":
 			size, _ = strconv.Atoi(f[1])
+			// A copy's placeholder (W, Z) or an invalidated item (X) is
+			// no hit: the Client takes it for a miss.
+			hit = !slices.ContainsFunc(f[2:], func(t string) bool { return t == "W" || t == "Z" || t == "X" })
 		case len(f) >= 4 && f[0] == "VALUE":
 			size, _ = strconv.Atoi(f[3])
 		}
 		if size >= 0 {
 			c.skip = size + 2
-			c.h.add(c.addr)
+			if hit {
+				c.h.add(c.addr)
+			}
 		}
 	}
 	return n, err
