@@ -75,12 +75,18 @@ func (o *output) spread(ss *selector.ServerList, prefix string, n int) error {
 // waitForServers waits until the ring has n servers. changed is signalled
 // by the ServerList's OnChange hook.
 func waitForServers(ss *selector.ServerList, changed <-chan struct{}, n int) error {
+	return waitForRing(ss, changed, fmt.Sprint(n), func(m int) bool { return m == n })
+}
+
+// waitForRing waits until the ring's size m satisfies ok (want says what
+// it waits for, for the error), at most 30 s.
+func waitForRing(ss *selector.ServerList, changed <-chan struct{}, want string, ok func(m int) bool) error {
 	timeout := time.After(30 * time.Second)
-	for len(ss.Servers()) != n {
+	for !ok(len(ss.Servers())) {
 		select {
 		case <-changed:
 		case <-timeout:
-			return fmt.Errorf("the ring has %d servers after 30s, not %d: %v", len(ss.Servers()), n, ss.Servers())
+			return fmt.Errorf("the ring has %d servers after 30s, not %s: %v", len(ss.Servers()), want, ss.Servers())
 		}
 	}
 	return nil

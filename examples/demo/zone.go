@@ -133,14 +133,22 @@ func (z *zoneStep) run() error {
 	record(ws, func(c *zoneCounts) *zonePhase { return &c.Killed })
 	record(ws, func(c *zoneCounts) *zonePhase { return &c.Down })
 	sum.ServersDown = len(z.ss.Servers())
+	// Out of the ring until the first of its pods is back: the pods return
+	// one by one, and one back already serves its zone's keys.
 	ws, err = t.row(lost+" NotReady: out of ring", func() (string, error) {
-		return "", waitForServers(z.ss, z.ringChanged, pods)
+		down := sum.ServersDown
+		return "", waitForRing(z.ss, z.ringChanged, fmt.Sprintf("more than %d", down), func(m int) bool { return m > down })
 	})
 	if err != nil {
 		return err
 	}
 	record(ws, func(c *zoneCounts) *zonePhase { return &c.Down })
-	ws, err = t.row(lost+" back, restarted empty", pause)
+	ws, err = t.row(lost+" back, restarted empty", func() (string, error) {
+		if err := waitForServers(z.ss, z.ringChanged, pods); err != nil {
+			return "", err
+		}
+		return pause()
+	})
 	if err != nil {
 		return err
 	}
