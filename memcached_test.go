@@ -1,10 +1,12 @@
 package selector
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -88,6 +90,36 @@ func (m *memcached) signal(s syscall.Signal) {
 	m.t.Helper()
 	if err := m.cmd.Process.Signal(s); err != nil {
 		m.t.Fatal(err)
+	}
+	if s == syscall.SIGSTOP {
+		m.waitStopped()
+	}
+}
+
+// waitStopped waits until every thread of the process is stopped: a
+// SIGSTOP is only queued when Signal returns, and a thread still running
+// answers a request or two.
+func (m *memcached) waitStopped() {
+	m.t.Helper()
+	pid := m.cmd.Process.Pid
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(stats) > 0
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			// pid (comm) state ...: the state follows the last ')'.
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("%s did not stop after SIGSTOP", m)
+		}
 	}
 }
 
