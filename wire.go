@@ -82,7 +82,7 @@ func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
 	if err != nil {
 		return nil, gomemcacheErr("get", err)
 	}
-	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, nil
+	return gmItem(key, it), nil
 }
 
 func (w metaWire) GetForCopy(ctx context.Context, key string, _ int32) (*memcache.Item, bool, error) {
@@ -93,7 +93,7 @@ func (w metaWire) GetForCopy(ctx context.Context, key string, _ int32) (*memcach
 	if err != nil {
 		return nil, false, gomemcacheErr("get", err)
 	}
-	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}, true, nil
+	return gmItem(key, it), true, nil
 }
 
 func (w metaWire) GetMulti(ctx context.Context, keys []string) (map[string]*memcache.Item, error) {
@@ -111,12 +111,18 @@ func (w metaWire) getMulti(ctx context.Context, keys []string, o meta.GetOptions
 		if placeholder(it) {
 			continue
 		}
-		m[k] = &memcache.Item{Key: k, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}
+		m[k] = gmItem(k, it)
 	}
 	if err != nil {
 		return m, gomemcacheErr("get", err)
 	}
 	return m, nil
+}
+
+// gmItem is it, read for key, as gomemcache's item: with its remaining
+// expiration if it was read (see copyExp), else none, as gomemcache's Get.
+func gmItem(key string, it meta.Item) *memcache.Item {
+	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS, Expiration: copyExp(it)}
 }
 
 // copyExp is the expiration, in memcached's form, that a copy of it keeps:
@@ -141,7 +147,7 @@ func (w metaWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memc
 	if err != nil {
 		return nil, gomemcacheErr("gat", err)
 	}
-	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, nil
+	return gmItem(key, it), nil
 }
 
 func (w metaWire) Touch(ctx context.Context, key string, exp int32) error {
@@ -193,7 +199,7 @@ func (w metaWire) Reserve(ctx context.Context, key string, ttl int32) (*memcache
 	case placeholder(it):
 		return nil, 0, false, nil // another copy's, or an invalidated item
 	}
-	return &memcache.Item{Key: key, Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}, 0, false, nil
+	return gmItem(key, it), 0, false, nil
 }
 
 func (w metaWire) DeleteCAS(ctx context.Context, key string, cas uint64) error {
