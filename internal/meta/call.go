@@ -40,19 +40,21 @@ func (o op) expects(s Status) bool {
 	return false
 }
 
-// The states of a call: waiting for its reply, answered, or left by its
-// caller (whose context ended), in which case the reader recycles it.
+// The states of a call: waiting for its reply, answered, left by its
+// caller (whose context ended), in which case whoever reads its reply
+// recycles it, or its caller holds the read role (see Conn).
 const (
 	callWaiting int32 = iota
 	callDone
 	callAbandoned
+	callLeading
 )
 
 // call is one pipeline entry: a request, and then its reply. Calls are
 // recycled through callPool so that a request allocates nothing.
 type call struct {
 	state atomic.Int32
-	done  chan struct{} // receives once, when state becomes callDone
+	done  chan struct{} // receives once, when state becomes callDone or callLeading
 
 	op    op
 	key   string

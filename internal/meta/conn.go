@@ -48,39 +48,46 @@ func (o Options) timeout() time.Duration {
 // request and those that arrived meanwhile, in as few writes as it takes;
 // goroutines that find a writer at work queue their bytes and only wait.
 //
-// One reader goroutine per connection reads the replies and hands each
-// to the oldest pending request. It is always reading, so a reply that
-// arrives when nothing is pending is noticed at once as an error. Its
-// read deadline is the oldest pending request's queueing time plus the
-// timeout (none when idle).
+// Replies are read by the callers themselves, one at a time: the caller
+// that finds nobody reading becomes the reader (the leader), reads the
+// replies in order, hands each to its waiting caller, and once its own is
+// in, reads on through the replies already buffered and then passes the
+// role to the oldest caller still waiting (or leaves it to the next
+// request). So a request alone on the connection costs what it costs
+// gomemcache: the caller is woken once, by its reply, and not a second
+// time by a reader goroutine handing it over; and under load the replies
+// of a burst are delivered together.
 //
-// Why a reader goroutine rather than a reader under a lock (the waiting
-// goroutine reading replies itself): a goroutine blocked in a read cannot
-// give up when its own context ends without leaving the stream mid-reply
-// or making someone else read for it, so a reader under a lock either
-// ignores cancellation until the reply or needs a watcher per request.
-// The cost is one goroutine hand-off per reply, which shows in the
-// latency of one request at a time (see the benchmarks), not in
-// throughput, where pipelining wins.
+// A leader whose context ends while it waits for a reply to begin stops
+// at once: an interrupt (context.AfterFunc) moves the read deadline to the
+// past, which ends the wait without consuming a byte, and the role passes
+// on. A reply that has begun is read to its end, which the timeout
+// bounds, so the stream never stops mid-reply. A read's deadline is the
+// queueing time of the reply being read (or of the leader's own request,
+// if later) plus the timeout.
 //
-// Each request but mn is sent with an opaque of its own (O<n>, replacing
-// the caller's), which memcached copies into its reply; a reply whose
-// opaque (or key, when returned) is not its request's means the stream is
-// out of step, and fails the connection.
+// While no request is pending nothing reads, so a reply the server sends
+// unasked is noticed when the next request reads it: each request but mn
+// is sent with an opaque of its own (O<n>, replacing the caller's), which
+// memcached copies into every reply; once the server has echoed one, a
+// reply without it, or with another, or for another key, means the
+// stream is out of step, and fails the connection. Unasked bytes
+// already buffered when the last reply is read fail it at once.
 //
 // A request whose context ends first returns at once with an error
-// wrapping ctx.Err(); its reply is still read, and discarded, so the
-// connection stays in step and usable. (One exception: a goroutine that
-// is writing the queued requests out returns once its write is done,
-// which Timeout bounds; a write blocks only if the server stops reading.) A Conn that failed (timeout,
-// transport error, malformed reply) is closed and fails every request
-// pending on it; it is not reopened: [Pool] dials a new one.
+// wrapping ctx.Err(); its reply is still read, by whoever reads next, and
+// discarded, so the connection stays in step and usable. (One exception:
+// a goroutine that is writing the queued requests out returns once its
+// write is done, which Timeout bounds; a write blocks only if the server
+// stops reading.) A Conn that failed (timeout, transport error, malformed
+// reply) is closed and fails every request pending on it; it is not
+// reopened: [Pool] dials a new one.
 type Conn struct {
-	nc       net.Conn
-	br       *bufio.Reader
-	timeout  time.Duration
-	maxValue int
-	done     chan struct{} // closed when the reader goroutine has returned
+	nc        net.Conn
+	br        *bufio.Reader
+	timeout   time.Duration
+	maxValue  int
+	interrupt func() // c.interruptLeader, made once: AfterFunc's argument
 
 	outstanding atomic.Int32 // requests queued and not yet answered
 	failed      atomic.Bool
@@ -91,11 +98,19 @@ type Conn struct {
 	writing bool    // a goroutine is writing wbuf out
 	queue   []*call // pending requests, oldest first, from head
 	head    int
-	reading *call  // the request whose reply the reader is reading
 	err     error  // why the connection is closed; nil while open
 	seq     uint32 // the last opaque sent
 
-	scratch Reply // the reader's, for batch replies
+	// The read role, under mu.
+	leading     bool            // a caller holds it
+	leaderCtx   context.Context // the leader's context while its own reply is due
+	reading     *call           // the call whose reply the leader reads; fail leaves it to the leader
+	inReply     bool            // that reply has begun: an interrupt must not cut it
+	interrupted bool            // an interrupt moved the read deadline
+
+	// The leader's alone.
+	echoes  bool  // the server echoed an opaque: every reply must carry it
+	scratch Reply // for batch replies
 }
 
 // NewConn starts a Conn over nc, which it owns: Close closes nc.
@@ -105,21 +120,20 @@ func NewConn(nc net.Conn, o Options) *Conn {
 		br:       bufio.NewReaderSize(nc, MaxLineLen),
 		timeout:  o.timeout(),
 		maxValue: o.MaxValueSize,
-		done:     make(chan struct{}),
 	}
+	c.interrupt = c.interruptLeader
 	if c.maxValue <= 0 {
 		c.maxValue = DefaultMaxValueSize
 	}
-	go c.readLoop()
 	return c
 }
 
-// Close closes the connection, fails every pending request with an error
-// wrapping ErrConnClosed, and waits for the reader goroutine to return.
-// It is idempotent and always returns nil.
+// Close closes the connection and fails every pending request with an
+// error wrapping ErrConnClosed; a caller reading a reply returns with it
+// as soon as its read fails. Close starts no goroutine and leaves none;
+// it is idempotent and always returns nil.
 func (c *Conn) Close() error {
 	c.fail(errors.New("closed by Close"))
-	<-c.done
 	return nil
 }
 
@@ -135,7 +149,8 @@ func (c *Conn) Err() error {
 func (c *Conn) Outstanding() int { return int(c.outstanding.Load()) }
 
 // fail closes the connection for cause, once, and fails every pending
-// request.
+// request but the ones a reader will finish: the one it is reading, and
+// the reader's own.
 func (c *Conn) fail(cause error) {
 	c.mu.Lock()
 	first := c.err == nil
@@ -145,28 +160,31 @@ func (c *Conn) fail(cause error) {
 	}
 	q := c.queue[c.head:]
 	c.queue, c.head = nil, 0
-	reading := c.reading
+	var fails []*call
+	for _, cl := range q {
+		if cl != c.reading && cl.state.Load() != callLeading {
+			fails = append(fails, cl)
+		}
+	}
 	err := c.err
 	c.mu.Unlock()
 	if first {
 		// Not under c.mu: a tls.Conn's Close may wait for a blocked write.
 		c.nc.Close()
 	}
-	for _, cl := range q {
-		if cl == reading {
-			continue // the reader delivers it when its read fails
-		}
+	for _, cl := range fails {
 		cl.err = err
 		c.deliver(cl)
 	}
 }
 
 // do queues cl, writes it (and whatever else is queued) unless another
-// goroutine is writing, and waits for its reply or the end of ctx.
+// goroutine is writing, and waits for its reply or the end of ctx,
+// reading replies itself if nobody else is.
 //
 // If do returns an error, cl is no longer the caller's: do recycled it, or
-// the reader will once the reply is in. Otherwise the caller reads cl's
-// outcome and recycles it.
+// whoever reads its reply will. Otherwise the caller reads cl's outcome
+// and recycles it.
 func (c *Conn) do(ctx context.Context, cl *call) error {
 	o, key := cl.op, cl.key
 	if err := ctx.Err(); err != nil {
@@ -186,11 +204,7 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 	}
 	cl.setOpaque(c.seq)
 	c.wbuf = cl.encode(c.wbuf)
-	now := time.Now()
-	if c.head == len(c.queue) {
-		c.nc.SetReadDeadline(now.Add(c.timeout))
-	}
-	cl.sent = now
+	cl.sent = time.Now()
 	c.queue = append(c.queue, cl)
 	c.outstanding.Add(1)
 	if !c.writing {
@@ -198,19 +212,30 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		c.flushLocked()
 		c.writing = false
 	}
+	// Lead if nobody reads, unless the reply is in already: while this
+	// goroutine wrote, the leader may have read it and moved on.
+	lead := !c.leading && c.err == nil && cl.state.CompareAndSwap(callWaiting, callLeading)
+	if lead {
+		c.leading = true
+	}
 	c.mu.Unlock()
+	if lead {
+		return c.lead(ctx, cl)
+	}
 
 	select {
 	case <-cl.done:
-		return nil
 	case <-ctx.Done():
 		if cl.state.CompareAndSwap(callWaiting, callAbandoned) {
-			// The reader recycles cl once its reply is in.
+			// Whoever reads its reply recycles cl.
 			return ctxError(o, key, ctx.Err())
 		}
 		<-cl.done
-		return nil
 	}
+	if cl.state.Load() == callLeading {
+		return c.lead(ctx, cl) // passed the read role
+	}
+	return nil
 }
 
 func ctxError(o op, key string, err error) error {
@@ -243,8 +268,8 @@ func (c *Conn) flushLocked() {
 	}
 }
 
-// deliver hands cl's outcome to its waiting goroutine, or recycles it if
-// that goroutine left.
+// deliver hands cl's outcome to its waiting caller, or recycles it if
+// that caller left. cl is not the reader's own.
 func (c *Conn) deliver(cl *call) {
 	c.outstanding.Add(-1)
 	if cl.state.CompareAndSwap(callWaiting, callDone) {

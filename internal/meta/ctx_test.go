@@ -176,3 +176,62 @@ func TestContextCancelStorm(t *testing.T) {
 }
 
 func key(i int) string { return "storm:" + string(rune('a'+i%26)) + string(rune('a'+i/26)) }
+
+// The caller reading replies (the first of a stopped server's requests)
+// is cancelled: it returns at once, without consuming a byte; the read
+// role passes to a request waiting behind it, or, when none waits, to the
+// next one, and each reads the cancelled request's reply first and drops
+// it.
+func TestContextCancelTheReader(t *testing.T) {
+	for _, waiters := range []int{2, 0} {
+		t.Run(fmt.Sprintf("%d waiting", waiters), func(t *testing.T) {
+			checkGoroutines(t)
+			m := startMemcached(t)
+			c := m.conn(t, Options{Timeout: 10 * time.Second})
+			bg := context.Background()
+			for _, k := range []string{"a", "b", "c", "d"} {
+				_, err := c.Set(bg, k, []byte("value of "+k), SetOptions{})
+				require.NoError(t, err)
+			}
+			m.stop(t)
+
+			type result struct {
+				key string
+				it  Item
+				err error
+			}
+			results := make(chan result, 3)
+			get := func(ctx context.Context, k string) {
+				it, err := c.Get(ctx, k, GetOptions{Value: true, Key: true})
+				results <- result{k, it, err}
+			}
+			ctx, cancel := context.WithCancel(bg)
+			go get(ctx, "a")
+			require.Eventually(t, func() bool { return c.Outstanding() == 1 }, time.Second, time.Millisecond)
+			for i, k := range []string{"b", "c"}[:waiters] {
+				go get(bg, k)
+				require.Eventually(t, func() bool { return c.Outstanding() == 2+i }, time.Second, time.Millisecond)
+			}
+
+			start := time.Now()
+			cancel()
+			r := <-results
+			require.Equal(t, "a", r.key)
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.Less(t, time.Since(start), time.Second, "cancelled while waiting for its reply")
+
+			m.cont(t)
+			for range waiters {
+				r := <-results
+				require.NoError(t, r.err, r.key)
+				require.Equal(t, r.key, r.it.Key)
+				require.Equal(t, "value of "+r.key, string(r.it.Value))
+			}
+			require.NoError(t, c.Err())
+			it, err := c.Get(bg, "d", GetOptions{Value: true, Key: true})
+			require.NoError(t, err)
+			require.Equal(t, "value of d", string(it.Value))
+			require.Zero(t, c.Outstanding(), "the cancelled request's reply was read")
+		})
+	}
+}

@@ -1,62 +1,208 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"time"
 )
 
-// readLoop reads replies and matches them to pending requests in order,
-// until the connection fails or is closed.
-func (c *Conn) readLoop() {
-	defer close(c.done)
+// maxDrain bounds the replies a leader reads for others after its own,
+// before it passes the read role on.
+const maxDrain = 64
+
+// lead holds the read role for own's caller. It reads replies in order,
+// handing each to its caller, until own's is in or own's context ends
+// before own's reply begins; then it passes the role on, reading first
+// the replies already buffered. It returns as do does.
+func (c *Conn) lead(ctx context.Context, own *call) error {
+	o, key := own.op, own.key
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, c.interrupt)()
+	}
+	c.mu.Lock()
+	c.leaderCtx = ctx
+	c.mu.Unlock()
 	for {
-		if _, err := c.br.Peek(1); err != nil {
-			c.fail(c.readError(err))
-			return
-		}
-		c.mu.Lock()
-		if c.head == len(c.queue) {
-			c.mu.Unlock()
-			line, _ := c.br.Peek(c.br.Buffered())
-			c.fail(fmt.Errorf("%w: unsolicited reply %q with no request pending", ErrProtocol, trunc(line)))
-			return
-		}
-		cl := c.queue[c.head]
-		c.reading = cl // fail leaves it to us
-		c.mu.Unlock()
-
-		fatal := c.readCall(cl)
-
-		c.mu.Lock()
-		c.reading = nil
-		if c.head < len(c.queue) && c.queue[c.head] == cl {
-			c.queue[c.head] = nil
-			c.head++
-			if c.head >= 64 && 2*c.head >= len(c.queue) {
-				n := copy(c.queue, c.queue[c.head:])
-				clear(c.queue[n:])
-				c.queue, c.head = c.queue[:n], 0
-			}
-			if c.head == len(c.queue) {
-				c.queue, c.head = c.queue[:0], 0
-				c.nc.SetReadDeadline(time.Time{})
-			} else {
-				c.nc.SetReadDeadline(c.queue[c.head].sent.Add(c.timeout))
-			}
-		}
-		c.mu.Unlock()
-		if fatal != nil {
-			c.fail(fatal)
+		cl, stopped, fatal := c.readNext(own.sent)
+		switch {
+		case cl == nil: // the connection failed; fail left own to us
+			own.err = fatal
+		case stopped:
+			c.pass(own)
+			return ctxError(o, key, ctx.Err())
+		case fatal != nil:
 			if cl.err == nil {
-				cl.err = c.Err()
+				cl.err = fatal
 			}
+			if cl != own {
+				c.deliver(cl)
+				own.err = fatal
+			}
+		case cl != own:
 			c.deliver(cl)
+			continue
+		default:
+			c.outstanding.Add(-1)
+			c.drain()
+			c.pass(nil)
+			return nil
+		}
+		c.outstanding.Add(-1)
+		return nil
+	}
+}
+
+// drain reads, for their callers, up to maxDrain replies that are
+// already buffered, so that a burst of replies is handed out at once
+// rather than one wake-up at a time.
+func (c *Conn) drain() {
+	c.mu.Lock()
+	c.leaderCtx = nil
+	c.mu.Unlock()
+	now := time.Now()
+	for n := 0; n < maxDrain && c.br.Buffered() > 0; n++ {
+		cl, _, fatal := c.readNext(now)
+		if cl == nil {
 			return
+		}
+		if fatal != nil && cl.err == nil {
+			cl.err = fatal
 		}
 		c.deliver(cl)
+		if fatal != nil {
+			return
+		}
 	}
+}
+
+// pass gives up the read role: to the oldest caller still waiting, or,
+// if none waits, to whichever request comes next. If abandon is not nil,
+// it is the leader's own request, whose context ended, and whoever reads
+// its reply recycles it. Bytes buffered with no request pending are a
+// reply to nothing, and fail the connection.
+func (c *Conn) pass(abandon *call) {
+	c.mu.Lock()
+	c.leaderCtx = nil
+	if c.err != nil {
+		c.mu.Unlock()
+		if abandon != nil { // fail left it to us, and it is out of the queue
+			c.outstanding.Add(-1)
+			putCall(abandon)
+		}
+		return
+	}
+	if abandon != nil {
+		abandon.state.Store(callAbandoned)
+	}
+	for _, cl := range c.queue[c.head:] {
+		if cl.state.CompareAndSwap(callWaiting, callLeading) {
+			c.mu.Unlock()
+			cl.done <- struct{}{}
+			return
+		}
+	}
+	if c.head == len(c.queue) && c.br.Buffered() > 0 {
+		c.mu.Unlock()
+		line, _ := c.br.Peek(c.br.Buffered())
+		c.fail(fmt.Errorf("%w: unsolicited reply %q with no request pending", ErrProtocol, trunc(line)))
+		return
+	}
+	c.leading = false
+	c.mu.Unlock()
+}
+
+// readNext reads the reply of the oldest pending request and takes the
+// request off the queue. The reply is due by the later of the request's
+// queueing time and since, plus the timeout. It returns the request (nil,
+// with the connection's error if it failed, or nil if nothing is
+// pending), whether the leader's context ended before the reply began
+// (nothing was read then, and the request stays queued), and an error
+// after which the stream cannot be trusted: the connection is failed.
+func (c *Conn) readNext(since time.Time) (cl *call, stopped bool, fatal error) {
+	c.mu.Lock()
+	if c.err != nil || c.head == len(c.queue) {
+		err := c.err
+		c.mu.Unlock()
+		return nil, false, err
+	}
+	cl = c.queue[c.head]
+	due := cl.sent
+	if since.After(due) {
+		due = since
+	}
+	c.reading, c.inReply, c.interrupted = cl, false, false
+	c.nc.SetReadDeadline(due.Add(c.timeout))
+	if c.leaderCtx != nil && c.leaderCtx.Err() != nil {
+		c.reading = nil
+		c.mu.Unlock()
+		return cl, true, nil
+	}
+	c.mu.Unlock()
+
+	_, err := c.br.Peek(1) // waits for the reply to begin; consumes nothing
+
+	c.mu.Lock()
+	if err != nil && c.interrupted {
+		c.reading = nil
+		c.mu.Unlock()
+		return cl, true, nil
+	}
+	c.inReply = true
+	if c.interrupted { // the interrupt came as the reply did
+		c.nc.SetReadDeadline(due.Add(c.timeout))
+	}
+	c.mu.Unlock()
+
+	if err != nil {
+		fatal = c.readError(err)
+	} else {
+		fatal = c.readCall(cl)
+	}
+	if fatal != nil {
+		c.fail(fatal) // c.reading is still cl: fail leaves it to us
+	}
+	c.mu.Lock()
+	c.reading = nil
+	if fatal == nil {
+		c.popLocked(cl)
+	}
+	c.mu.Unlock()
+	if fatal != nil {
+		fatal = c.Err()
+	}
+	return cl, false, fatal
+}
+
+// popLocked takes cl, whose reply was read, off the head of the queue.
+func (c *Conn) popLocked(cl *call) {
+	if c.head == len(c.queue) || c.queue[c.head] != cl {
+		return
+	}
+	c.queue[c.head] = nil
+	c.head++
+	if c.head >= 64 && 2*c.head >= len(c.queue) {
+		n := copy(c.queue, c.queue[c.head:])
+		clear(c.queue[n:])
+		c.queue, c.head = c.queue[:n], 0
+	}
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+}
+
+// interruptLeader ends the leader's wait for a reply to begin if the
+// leader's context has ended, by moving the read deadline to the past.
+// It is called by context.AfterFunc, possibly late: it checks that the
+// leader it finds is one whose context ended.
+func (c *Conn) interruptLeader() {
+	c.mu.Lock()
+	if c.reading != nil && !c.inReply && c.leaderCtx != nil && c.leaderCtx.Err() != nil {
+		c.interrupted = true
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	c.mu.Unlock()
 }
 
 // readCall reads cl's reply (or, for a batch, replies up to MN) into cl.
@@ -69,7 +215,7 @@ func (c *Conn) readCall(cl *call) error {
 	err := ReadReply(c.br, &cl.rep, c.maxValue)
 	switch {
 	case err == nil:
-		return cl.check()
+		return c.check(cl)
 	case isServerError(err) || isClientError(err):
 		// memcached answers these per command and stays in step: after a
 		// refused ms it swallows the value (proto_text.c, conn_swallow).
@@ -89,9 +235,10 @@ func (c *Conn) readCall(cl *call) error {
 }
 
 // check reports a reply that cannot be cl's: a status its command never
-// gets, or a key or opaque not the one sent. Either means the stream is
-// out of step.
-func (cl *call) check() error {
+// gets, or a key or opaque not the one sent, or none once the server has
+// shown that it echoes opaques (memcached does, on every reply). Each
+// means the stream is out of step.
+func (c *Conn) check(cl *call) error {
 	rep := &cl.rep
 	if !cl.op.expects(rep.Status) {
 		return fmt.Errorf("%w: reply %s to %s, which never answers so", ErrProtocol, rep.Status, cl.op)
@@ -99,8 +246,16 @@ func (cl *call) check() error {
 	if rep.Has&RetKey != 0 && string(rep.Key) != cl.key {
 		return fmt.Errorf("%w: reply for key %q to %s of key %q", ErrProtocol, trunc(rep.Key), cl.op, cl.key)
 	}
-	if rep.Has&RetOpaque != 0 && rep.Opaque != cl.opaque() {
-		return fmt.Errorf("%w: reply with opaque %d to %s %q sent with opaque %d", ErrProtocol, rep.Opaque, cl.op, cl.key, cl.opaque())
+	sent := cl.opaque()
+	switch {
+	case sent == 0:
+	case rep.Has&RetOpaque != 0:
+		if rep.Opaque != sent {
+			return fmt.Errorf("%w: reply with opaque %d to %s %q sent with opaque %d", ErrProtocol, rep.Opaque, cl.op, cl.key, sent)
+		}
+		c.echoes = true
+	case c.echoes:
+		return fmt.Errorf("%w: reply %s without the opaque %d sent with %s %q, from a server that echoes them", ErrProtocol, rep.Status, sent, cl.op, cl.key)
 	}
 	return nil
 }

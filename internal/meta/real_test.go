@@ -255,7 +255,7 @@ func hammer(t *testing.T, ops interface {
 	Set(context.Context, string, []byte, SetOptions) (Item, error)
 	Arith(context.Context, string, ArithOptions) (Counter, error)
 	GetMulti(context.Context, []string, GetOptions) (map[string]Item, error)
-}) {
+}, round string) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -265,7 +265,7 @@ func hammer(t *testing.T, ops interface {
 			defer wg.Done()
 			errs <- func() error {
 				for i := range 100 {
-					key := fmt.Sprintf("h:%d:%d", g, i%10)
+					key := fmt.Sprintf("h%s:%d:%d", round, g, i%10)
 					val := fmt.Sprintf("%d/%d/%s", g, i, key)
 					if _, err := ops.Set(ctx, key, []byte(val), SetOptions{ClientFlags: uint32(g*1000 + i)}); err != nil {
 						return err
@@ -280,7 +280,7 @@ func hammer(t *testing.T, ops interface {
 					if _, err := ops.Get(ctx, key+":miss", GetOptions{Value: true}); err != ErrMiss {
 						return fmt.Errorf("get of a miss: %v", err)
 					}
-					n, err := ops.Arith(ctx, fmt.Sprintf("h:%d:n", g), ArithOptions{Delta: 1, Vivify: true, VivifyTTL: 60, Value: true})
+					n, err := ops.Arith(ctx, fmt.Sprintf("h%s:%d:n", round, g), ArithOptions{Delta: 1, Vivify: true, VivifyTTL: 60, Value: true})
 					if err != nil {
 						return err
 					}
@@ -288,7 +288,7 @@ func hammer(t *testing.T, ops interface {
 						return fmt.Errorf("counter of %d = %d, want %d", g, n.Value, i)
 					}
 					if i%10 == 9 {
-						keys := []string{fmt.Sprintf("h:%d:%d", g, 8), key, key + ":miss"}
+						keys := []string{fmt.Sprintf("h%s:%d:%d", round, g, 8), key, key + ":miss"}
 						m, err := ops.GetMulti(ctx, keys, GetOptions{Value: true})
 						if err != nil {
 							return err
@@ -312,14 +312,19 @@ func hammer(t *testing.T, ops interface {
 func TestRealHammerConn(t *testing.T) {
 	checkGoroutines(t)
 	m := startMemcached(t)
-	hammer(t, m.conn(t, Options{}))
+	c := m.conn(t, Options{})
+	for round := range 3 {
+		hammer(t, c, fmt.Sprint(round))
+		require.Zero(t, c.Outstanding(), "every request answered once")
+		require.NoError(t, c.Err())
+	}
 }
 
 func TestRealHammerPool(t *testing.T) {
 	checkGoroutines(t)
 	m := startMemcached(t)
 	p := m.pool(t, Options{MaxConns: 4})
-	hammer(t, p)
+	hammer(t, p, "")
 	p.mu.Lock()
 	n := len(p.conns)
 	p.mu.Unlock()
