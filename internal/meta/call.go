@@ -143,7 +143,7 @@ func (cl *call) encode(dst []byte) []byte {
 		dst = AppendNoop(dst)
 	case opBatch:
 		o := cl.get
-		o.Quiet, o.Key = true, true
+		o.Quiet = true
 		for i, k := range cl.batch.keys {
 			o.Opaque = uint32(i + 1)
 			dst, _ = AppendGet(dst, k, o)

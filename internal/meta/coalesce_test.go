@@ -24,8 +24,11 @@ func (c *countingConn) Write(b []byte) (int, error) {
 }
 
 // Concurrent requests that meet are written together: 64 goroutines'
-// requests take fewer writes than there are requests, and many requests
-// are in flight at once on the one connection.
+// requests take a quarter of the writes there are requests, or fewer (a
+// writer that finds others in flight yields once, so that the callers
+// whose replies just came queue theirs first; without that yield, about
+// 1 write in 2 requests), and many requests are in flight at once on the
+// one connection.
 func TestCoalescedWrites(t *testing.T) {
 	checkGoroutines(t)
 	m := startMemcached(t)
@@ -63,7 +66,7 @@ func TestCoalescedWrites(t *testing.T) {
 	}
 	writes := cc.writes.Load()
 	t.Logf("%d requests in %d writes; at most %d outstanding", goroutines*each, writes, maxOutstanding.Load())
-	require.Less(t, writes, int64(goroutines*each), "some writes carried several requests")
+	require.Less(t, writes, int64(goroutines*each/4), "writes carried 4 requests or more on average")
 	require.Greater(t, maxOutstanding.Load(), int64(1), "requests were pipelined")
 }
 

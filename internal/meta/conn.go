@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,6 +210,14 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 	c.outstanding.Add(1)
 	if !c.writing {
 		c.writing = true
+		if c.outstanding.Load() > 1 {
+			// Others are in flight, so the callers their replies just
+			// woke are about to queue theirs: let them, and write all in
+			// one. A request alone is written at once.
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+		}
 		c.flushLocked()
 		c.writing = false
 	}

@@ -17,8 +17,9 @@
 // # Conn and Pool
 //
 // A [Conn] writes the requests of all its callers in order, coalescing
-// those that meet into one write, and matches replies in order with one
-// reader goroutine; see [Conn] for cancellation and timeouts. A [Pool]
+// those that meet into one write, and matches replies in order; the
+// callers read the replies themselves, one at a time, with no goroutine
+// of its own; see [Conn] for cancellation and timeouts. A [Pool]
 // dials up to MaxConns of them lazily through a caller's dial function
 // and sends each request to the least loaded. A single Get that hits
 // allocates its value and nothing else.
