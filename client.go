@@ -51,6 +51,7 @@ type Client struct {
 	outs   *outCap   // the cap on servers out after timeouts, shared by a pool's groups
 	copies copies    // handoff copies in flight
 	gains  gains     // the slots each server gained, and its CAS floor then
+	mover  *mover    // the moves of keys after a change of servers (see Moves)
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
@@ -65,7 +66,7 @@ type Client struct {
 // NewClient returns a Client for the Service named by addr, which it
 // discovers as NewServerList does, with the same Options and the Client's
 // own: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover,
-// WithHandoff and WithPool.
+// WithHandoff, WithMoves and WithPool.
 func NewClient(ctx context.Context, addr string, opt ...ClientOption) (*Client, error) {
 	o, err := newOptions(opt)
 	if err != nil {
@@ -126,11 +127,14 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 		outs = newOutCap(cfg.maxDown)
 	}
 	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
-		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs}
+		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers
 	c.wg.Go(c.run)
+	if cfg.moveRate > 0 {
+		c.wg.Go(c.moveLoop)
+	}
 	return c
 }
 
@@ -287,13 +291,18 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		rt.past[0].gains = lost
 	}
 	c.takeFloors(gained) // before rt is read
+	old := c.rt.Load()
 	c.rt.Store(rt)
+	if len(rt.past) > 0 && (old == nil || old.base != rt.base) {
+		c.mover.signal() // new members: move the keys that changed owner
+	}
 	return max(next, time.Millisecond)
 }
 
 // ClientStats is the state of a Client's servers.
 type ClientStats struct {
 	Servers []ServerStats // the members, and those that left recently, by address
+	Moves   MoveStats     // the keys moved after changes of servers (see Moves)
 }
 
 // ServerStats is one server's state for a Client.
@@ -312,14 +321,16 @@ func (c *Client) Stats() ClientStats {
 	if c.pool != nil { // its groups' servers: the pool's own are not used
 		var st ClientStats
 		for _, g := range c.pool.view.Load().all {
-			st.Servers = append(st.Servers, g.c.Stats().Servers...)
+			gs := g.c.Stats()
+			st.Servers = append(st.Servers, gs.Servers...)
+			st.Moves = st.Moves.plus(gs.Moves)
 		}
 		sortStats(st.Servers)
 		return st
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var st ClientStats
+	st := ClientStats{Moves: c.mover.totals()}
 	for _, s := range c.servers {
 		n, over := c.inval.state(s)
 		state := s.status().String()

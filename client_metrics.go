@@ -170,8 +170,8 @@ func (c *Client) reportReplay(s *server, n int) {
 }
 
 // reportHandoff reports a copy of a key from p to s (see copyTo).
-func (c *Client) reportHandoff(p, s *server, r HandoffResult) {
+func (c *Client) reportHandoff(p, s *server, cause HandoffCause, r HandoffResult) {
 	if m := c.cfg.metrics; m != nil {
-		m.Handoff(HandoffEvent{From: p.addr.str, To: s.addr.str, Cause: HandoffRead, Result: r})
+		m.Handoff(HandoffEvent{From: p.addr.str, To: s.addr.str, Cause: cause, Result: r})
 	}
 }

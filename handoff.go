@@ -117,7 +117,7 @@ func (cs *copies) overtaken(key string) bool {
 // expiration where the source tells it (the meta protocol), else it
 // expires after exp seconds; with touch, after exp seconds in any case (a
 // GetAndTouch). ctx bounds the reads of the sources and the copy.
-func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool) (*memcache.Item, error) {
+func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, error) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
 		return nil, memcache.ErrCacheMiss
@@ -150,7 +150,7 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 		if touch {
 			it.Expiration = exp
 		}
-		if cp := c.copyTo(ctx, s, p, it, st); cp != nil {
+		if cp := c.copyTo(ctx, s, p, it, st, cause); cp != nil {
 			return cp, nil
 		}
 		return nil, memcache.ErrCacheMiss
@@ -178,7 +178,7 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 // write's, which deletes at p itself, or another copy's, whose check of p
 // would take that delete for a racing Delete and undo the copy. Where s
 // failed, p keeps the key for the next read.
-func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState) *memcache.Item {
+func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) *memcache.Item {
 	cp := c.copyOf(s, it)
 	var present *memcache.Item
 	var stub uint64
@@ -189,12 +189,12 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 	})
 	switch {
 	case errors.Is(err, errNoReserve):
-		return c.addCopy(ctx, s, p, it, &cp, st)
+		return c.addCopy(ctx, s, p, it, &cp, st, cause)
 	case err != nil:
-		c.reportHandoff(p, s, HandoffFailed)
+		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it)
 	case present != nil:
-		c.reportHandoff(p, s, HandoffPresent)
+		c.reportHandoff(p, s, cause, HandoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present)
 	case !reserved: // another copy is under way: this read is served from p
@@ -204,18 +204,18 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 	perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 	if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
-		c.reportHandoff(p, s, HandoffUndone)
+		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil
 	}
 	cp.CasID = stub
 	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) }); err != nil {
 		// A write or delete got there first, and is newer; or s failed,
 		// and the placeholder expires by itself.
-		c.reportHandoff(p, s, HandoffUndone)
+		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil
 	}
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
-	c.reportHandoff(p, s, HandoffCopied)
+	c.reportHandoff(p, s, cause, HandoffCopied)
 	return c.readBack(s, it, cp.Expiration, st)
 }
 
@@ -248,7 +248,7 @@ func (c *Client) readBack(s *server, it *memcache.Item, exp int32, st *copyState
 // went, or a write or delete of this client's overtook it. Between the add
 // and the undo, another client can read the copy (see the README's
 // "Consistency").
-func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState) *memcache.Item {
+func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) *memcache.Item {
 	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, cp) })
 	switch {
 	case err == nil:
@@ -256,16 +256,16 @@ func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Ite
 		perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, cp)
-			c.reportHandoff(p, s, HandoffUndone)
+			c.reportHandoff(p, s, cause, HandoffUndone)
 			return nil
 		}
 		p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
-		c.reportHandoff(p, s, HandoffCopied)
+		c.reportHandoff(p, s, cause, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
-		c.reportHandoff(p, s, HandoffFailed)
+		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it)
 	default:
-		c.reportHandoff(p, s, HandoffPresent)
+		c.reportHandoff(p, s, cause, HandoffPresent)
 	}
 	return c.readBack(s, it, cp.Expiration, st)
 }

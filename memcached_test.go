@@ -16,9 +16,10 @@ import (
 // tests: its faults are real (SIGKILL, SIGSTOP), and it can be restarted on
 // the same port, empty.
 type memcached struct {
-	t    *testing.T
-	addr string
-	cmd  *exec.Cmd
+	t     *testing.T
+	addr  string
+	cmd   *exec.Cmd
+	extra []string // memcached's arguments beyond the test's own
 }
 
 // startMemcached starts n memcached servers, which the test stops.
@@ -49,7 +50,7 @@ func startMemcached(t *testing.T, n int) []*memcached {
 func (m *memcached) start(bin string) {
 	m.t.Helper()
 	_, port, _ := net.SplitHostPort(m.addr)
-	m.cmd = exec.Command(bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1")
+	m.cmd = exec.Command(bin, append([]string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}, m.extra...)...)
 	if os.Getuid() == 0 {
 		m.cmd.Args = append(m.cmd.Args, "-u", "nobody")
 	}
@@ -76,6 +77,13 @@ func (m *memcached) kill() {
 		m.cmd.Wait()
 		m.cmd = nil
 	}
+}
+
+// restartWith restarts the server with extra arguments.
+func (m *memcached) restartWith(extra ...string) {
+	m.t.Helper()
+	m.extra = extra
+	m.restart()
 }
 
 // restart kills the server and starts a new, empty one on its port.

@@ -195,6 +195,7 @@ type HandoffCause string
 const (
 	HandoffRead   HandoffCause = "read"   // a read missed at the key's new server after a change of servers, and found it where it was
 	HandoffReplay HandoffCause = "replay" // a server returned, and a key written while it was out moved back to it
+	HandoffMove   HandoffCause = "move"   // a change of servers moved the key's slot, and the Client that moves the slots' keys copied it (see Moves)
 )
 
 // HandoffEvent is a key copied from one server to another.

@@ -125,7 +125,7 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 	case err == nil:
 		return r.got, nil
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch)
+		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch, HandoffRead)
 	}
 	return nil, err
 }
@@ -276,7 +276,7 @@ func (c *Client) change(r *keyOp) error {
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
 	if s != nil && (errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)) {
-		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false); herr == nil {
+		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, HandoffRead); herr == nil {
 			s, err = c.do(h, r)
 		}
 	}

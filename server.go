@@ -28,6 +28,7 @@ type server struct {
 	classic classicWire // gomemcache's: for a server without meta commands, and for flush_all
 	log     *slog.Logger
 	timeout time.Duration
+	dial    func(ctx context.Context) (net.Conn, error) // a connection of its own, for a key listing (see Client.moveFrom)
 
 	proto     atomic.Int32  // a protocol: unknown until the first contact (see call)
 	state     atomic.Int32  // a serverState
@@ -67,7 +68,9 @@ func (s *server) status() serverState { return serverState(s.state.Load()) }
 // newServer returns a server at a, with connections of its own built from
 // the Client's connection settings. Nothing is dialed yet.
 func newServer(a *staticAddr, cc connConfig) *server {
-	return &server{addr: a, meta: newMetaWire(a, cc), classic: newClassicWire(a, cc), log: cc.log, timeout: cc.timeout}
+	dial := cc.dialer()
+	return &server{addr: a, meta: newMetaWire(a, cc), classic: newClassicWire(a, cc), log: cc.log, timeout: cc.timeout,
+		dial: func(ctx context.Context) (net.Conn, error) { return dial(ctx, a.network, a.str) }}
 }
 
 // connConfig is the connections' knobs, as the Client's options give them.

@@ -1,0 +1,362 @@
+package selector
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
+)
+
+// Moves are how a Client moves keys with their slots. After a change of
+// servers, a read of a key that moved finds it where it was (see Handoff);
+// a key nobody reads stays there, and is lost when that server goes. So,
+// after each change, the Client lists the keys of the servers that may
+// hold keys they no longer own (memcached's lru_crawler metadump), and
+// moves each such key to its owner as a read would: copied with its
+// value, flags and exact remaining expiration, never over a newer value
+// nor after a delete, and deleted where it was. One client of the cache
+// moves each server's keys: it claims the server for the new set of
+// servers with a key added there, renewed while it works, which another
+// client takes over if it dies.
+//
+// A zero field means its default.
+type Moves struct {
+	// Rate is how many keys a second one client moves at most (default
+	// 5000). Negative: no moves; keys move when they are read.
+	Rate int
+}
+
+// WithMoves sets how the Client moves keys after a change of servers (see
+// Moves); the zero Moves is the default.
+func WithMoves(m Moves) ClientOption {
+	return clientOption{"WithMoves", func(c *clientOptions) error {
+		c.moveRate = m.Rate
+		if m.Rate == 0 {
+			c.moveRate = defaultMoveRate
+		}
+		return nil
+	}}
+}
+
+const (
+	defaultMoveRate = 5000
+	moveWorkers     = 8                      // keys moved at once
+	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
+	claimTTL        = 10 * time.Second       // how long a dead mover's claim holds
+	claimPrefix     = "k8sms.move."          // the claim keys, skipped by the listing
+)
+
+// MoveStats are the totals of the key moves a Client ran (see Moves).
+type MoveStats struct {
+	Rounds  int // rounds run: one per change of servers, or burst of changes
+	Sources int // servers whose keys this client listed and moved
+	Claimed int // servers another client was moving, or had moved, the keys of
+	Refused int // servers that cannot list their keys (crawler off, no meta protocol)
+	Listed  int // keys found at a server that does not own them
+	Moved   int // of those, at their owner now (copied, or there already), and deleted where they were
+	Left    int // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
+}
+
+func (a MoveStats) plus(b MoveStats) MoveStats {
+	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
+		a.Listed + b.Listed, a.Moved + b.Moved, a.Left + b.Left}
+}
+
+// mover is the state of a Client's moves: totals, and the servers whose
+// refusal was logged. Its own lock; the Client calls it, never the reverse.
+type mover struct {
+	rate  int
+	token string        // this client's claim value
+	kick  chan struct{} // a change to move the keys of
+	mu    sync.Mutex
+	stats MoveStats
+	told  map[string]bool // servers whose refusal was logged
+}
+
+func newMover(rate int) *mover {
+	var b [8]byte
+	rand.Read(b[:])
+	return &mover{rate: rate, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1), told: map[string]bool{}}
+}
+
+func (m *mover) signal() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mover) add(f func(st *MoveStats)) {
+	m.mu.Lock()
+	f(&m.stats)
+	m.mu.Unlock()
+}
+
+func (m *mover) totals() MoveStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// firstRefusal reports whether addr's refusal is news, to be logged once.
+func (m *mover) firstRefusal(addr string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.told[addr] {
+		return false
+	}
+	m.told[addr] = true
+	return true
+}
+
+// moveLoop runs a round of moves after each change of servers, until Close.
+func (c *Client) moveLoop() {
+	for {
+		select {
+		case <-c.mover.kick:
+		case <-c.ctx.Done():
+			return
+		}
+		select {
+		case <-time.After(moveSettle):
+		case <-c.ctx.Done():
+			return
+		}
+		select { // the changes meanwhile are in this round
+		case <-c.mover.kick:
+		default:
+		}
+		c.moveRound(c.ctx)
+	}
+}
+
+// moveRound moves the keys of every server of the recent rings that may
+// hold keys it does not own, one server at a time.
+func (c *Client) moveRound(ctx context.Context) {
+	rt := c.rt.Load()
+	if rt == nil || rt.live == nil || len(rt.past) == 0 {
+		return
+	}
+	id := ringID(rt)
+	var srcs []*server
+	for _, p := range rt.past {
+		for _, s := range p.srv {
+			if !slices.Contains(srcs, s) {
+				srcs = append(srcs, s)
+			}
+		}
+	}
+	for _, p := range srcs {
+		if ctx.Err() != nil {
+			return
+		}
+		if p.readable() {
+			c.moveFrom(ctx, p, id)
+		}
+	}
+	c.mover.add(func(st *MoveStats) { st.Rounds++ })
+}
+
+// ringID names the members of rt, the same in every client that sees
+// them, whatever its view of their health: the claim of a server is for
+// one set of members.
+func ringID(rt *routing) string {
+	addrs := make([]string, 0, len(rt.baseSrv))
+	for _, s := range rt.baseSrv {
+		addrs = append(addrs, s.addr.str)
+	}
+	slices.Sort(addrs)
+	var b [8]byte
+	h := xxhash.Sum64String(strings.Join(addrs, ","))
+	for i := range b {
+		b[i] = byte(h >> (8 * i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// moveFrom moves the keys that p holds and does not own to their owners,
+// if this client claims p for the servers id names.
+func (c *Client) moveFrom(ctx context.Context, p *server, id string) {
+	if p.proto.Load() == protoClassic {
+		c.refused(p, "it does not speak the meta protocol, whose copies are exact")
+		return
+	}
+	key := claimPrefix + id
+	won, err := c.claim(ctx, p, key)
+	if err != nil || !won {
+		if err == nil {
+			c.mover.add(func(st *MoveStats) { st.Claimed++ })
+		}
+		return
+	}
+	start := time.Now()
+	keys, err := c.listMovable(ctx, p)
+	if errors.Is(err, meta.ErrNoListing) {
+		c.refused(p, err.Error())
+	}
+	if err != nil {
+		c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
+		return
+	}
+	before := c.mover.totals()
+	c.mover.add(func(st *MoveStats) { st.Sources++; st.Listed += len(keys) })
+
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range moveWorkers {
+		wg.Go(func() {
+			for k := range work {
+				c.moveKey(ctx, p, k)
+			}
+		})
+	}
+	every := time.Second / time.Duration(max(c.mover.rate, 1))
+	next, renew := time.Now(), time.Now().Add(claimTTL/3)
+	for _, k := range keys {
+		if now := time.Now(); now.After(renew) {
+			if !c.renewClaim(ctx, p, key, c.mover.token, claimTTL) {
+				break // lost: another client moves the rest
+			}
+			renew = now.Add(claimTTL / 3)
+		}
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		next = next.Add(every)
+		if ctx.Err() != nil {
+			break
+		}
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	// Done: the claim stays, for as long as a past ring, so that clients
+	// that see this set of servers later do not list p again.
+	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, claimTTL))
+	after := c.mover.totals()
+	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", len(keys),
+		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// refused notes that p's keys cannot be moved, and logs why once.
+func (c *Client) refused(p *server, why string) {
+	c.mover.add(func(st *MoveStats) { st.Refused++ })
+	if c.mover.firstRefusal(p.addr.str) {
+		c.log.Warn("cannot move keys from this server; they move when read", keyServer, p.addr.str, "reason", why)
+	}
+}
+
+// listMovable lists the keys of p whose owner is another member, up for
+// this client: a key whose owner is out is left to the read handoff.
+func (c *Client) listMovable(ctx context.Context, p *server) ([]string, error) {
+	for attempt := 0; ; attempt++ {
+		nc, err := p.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var keys []string
+		err = meta.List(ctx, nc, c.cfg.conn.timeout, func(it meta.Listed) error {
+			if strings.HasPrefix(it.Key, claimPrefix) {
+				return nil
+			}
+			if s := movableTo(c.rt.Load(), c.hash(it.Key)); s != nil && s != p {
+				keys = append(keys, it.Key)
+			}
+			return nil
+		})
+		if err == nil {
+			nc.Close()
+			return keys, nil
+		}
+		if !errors.Is(err, meta.ErrCrawlerBusy) || attempt == 9 {
+			return nil, err
+		}
+		select { // one crawl at a time: another client's, or an operator's
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// moveKey moves key, listed at p, to its owner s, as a read that missed
+// there would (see handoff), and deletes it at p once s has it: a value s
+// has already is newer than p's. Where s has no value after the handoff,
+// p keeps its own: another copy may be under way (a read's, whose check of
+// p a delete would fail), or p's value is one no read will serve.
+func (c *Client) moveKey(ctx context.Context, p *server, key string) {
+	h := c.hash(key)
+	s := movableTo(c.rt.Load(), h)
+	switch {
+	case s == p:
+		return
+	case s == nil:
+		c.mover.add(func(st *MoveStats) { st.Left++ })
+		return
+	}
+	r := keyOp{ctx: ctx, kind: opGet, key: key}
+	_, err := c.do(h, &r)
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		if _, err = c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffMove); err == nil {
+			err = s.call(func(w wire) error { _, err := w.Get(ctx, key); return err })
+		}
+	}
+	if err == nil {
+		err = p.call(func(w wire) error { return w.Delete(ctx, key) })
+		if errors.Is(err, memcache.ErrCacheMiss) {
+			err = nil
+		}
+	}
+	c.mover.add(func(st *MoveStats) {
+		if err == nil {
+			st.Moved++
+		} else {
+			st.Left++
+		}
+	})
+}
+
+// movableTo is the server that a key of hash h moves to: its owner among
+// the members, if this client routes to it; else nil.
+func movableTo(rt *routing, h uint64) *server {
+	s, newStandIn := rt.ownerNow(h)
+	if s == nil || newStandIn || s != rt.baseOwner(h) {
+		return nil
+	}
+	return s
+}
+
+// claim adds key at p, claiming p's keys for this client; false if
+// another client holds it, or held it and finished.
+func (c *Client) claim(ctx context.Context, p *server, key string) (bool, error) {
+	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(claimTTL / time.Second)}
+	err := p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
+	if errors.Is(err, memcache.ErrNotStored) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// renewClaim sets key at p to value, with an expiration of exp, if it is
+// still this client's claim.
+func (c *Client) renewClaim(ctx context.Context, p *server, key, value string, exp time.Duration) bool {
+	var got *memcache.Item
+	err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return })
+	if err != nil || string(got.Value) != c.mover.token {
+		return false
+	}
+	got.Value, got.Expiration = []byte(value), int32(exp/time.Second)
+	return p.call(func(w wire) error { return w.Store(ctx, opCAS, got) }) == nil
+}

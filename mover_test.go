@@ -1,0 +1,191 @@
+package selector
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// movesDone waits until c has run a round of moves and moved nothing since
+// the last look, and returns its totals.
+func movesDone(t *testing.T, c *Client, rounds int) MoveStats {
+	t.Helper()
+	eventually(t, "a round of moves", func() bool { return c.Stats().Moves.Rounds >= rounds })
+	return c.Stats().Moves
+}
+
+// After a scale-up, every key that the new server owns is moved to it
+// without a read, with its flags and exact expiration, and none is left
+// where it was: each server holds only its own keys.
+func TestMovesScaleUp(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]))
+	const n = 3000
+	for i := range n {
+		it := &memcache.Item{Key: fmt.Sprint("mv-", i), Value: []byte(fmt.Sprint("value ", i)), Flags: uint32(i)}
+		if i%2 == 0 {
+			it.Expiration = 200
+		}
+		require.NoError(t, c.Set(it))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	st := movesDone(t, c, 1)
+
+	owned := 0
+	for i := range n {
+		k := fmt.Sprint("mv-", i)
+		a, err := ss.PickServer(k)
+		require.NoError(t, err)
+		for _, m := range ms {
+			it, err := direct(m.addr).Get(k)
+			if m.addr != a.String() {
+				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s left at %s, which does not own it", k, m.addr)
+				continue
+			}
+			require.NoError(t, err, "%s at its owner %s", k, m.addr)
+			require.Equal(t, fmt.Sprint("value ", i), string(it.Value))
+			require.Equal(t, uint32(i), it.Flags)
+		}
+		if a.String() == ms[2].addr {
+			owned++
+			if i%2 == 0 {
+				require.InDelta(t, 200, metaTTL(t, ms[2].addr, k), 5, k)
+			} else {
+				require.Equal(t, -1, metaTTL(t, ms[2].addr, k), k)
+			}
+		}
+	}
+	require.Greater(t, owned, n/5)
+	require.Equal(t, owned, st.Listed, "the keys the new server owns were listed")
+	require.Equal(t, owned, st.Moved)
+	require.Zero(t, st.Left)
+	require.Equal(t, 2, st.Sources, "both old servers were listed")
+}
+
+// Many clients see the same change: one moves each server's keys, and
+// each key is copied once.
+func TestMovesOnceAcrossClients(t *testing.T) {
+	ms := startMemcached(t, 3)
+	const clients, n = 8, 2000
+	var cs []*Client
+	var lists []*ServerList
+	var rec []*recMetrics
+	for range clients {
+		m := &recMetrics{}
+		c, ss := newTestClient(t, addrsOf(ms[:2]), WithMetrics(m))
+		cs, lists, rec = append(cs, c), append(lists, ss), append(rec, m)
+	}
+	for i := range n {
+		require.NoError(t, cs[i%clients].Set(&memcache.Item{Key: fmt.Sprint("once-", i), Value: []byte("v")}))
+	}
+	var wg sync.WaitGroup
+	for _, ss := range lists {
+		wg.Go(func() { require.NoError(t, ss.SetServers(addrsOf(ms)...)) })
+	}
+	wg.Wait()
+	var total MoveStats
+	for _, c := range cs {
+		total = total.plus(movesDone(t, c, 1))
+	}
+	copied := map[string]int{}
+	for _, m := range rec {
+		m.read(func(m *recMetrics) {
+			for _, e := range m.handoffs {
+				if e.Result == HandoffCopied {
+					copied[e.From]++
+				}
+			}
+		})
+	}
+	moving := 0
+	for i := range n {
+		if a, _ := lists[0].PickServer(fmt.Sprint("once-", i)); a.String() == ms[2].addr {
+			moving++
+		}
+	}
+	require.Equal(t, moving, copied[ms[0].addr]+copied[ms[1].addr], "each key copied once, by all the clients together")
+	require.Equal(t, moving, total.Moved)
+	require.Equal(t, 2, total.Sources, "one client listed each old server")
+	require.Equal(t, 2*(clients-1), total.Claimed, "the others saw the claim")
+}
+
+// A Delete while the keys move is never undone by a move.
+func TestMovesNeverBringBackADelete(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: 2000}))
+	const n = 3000
+	for i := range n {
+		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("del-", i), Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	deleted := map[string]bool{}
+	for i := 0; i < n; i += 2 {
+		k := fmt.Sprint("del-", i)
+		require.NoError(t, c.Delete(k))
+		deleted[k] = true
+		if i%200 == 0 {
+			time.Sleep(5 * time.Millisecond) // spread over the move
+		}
+	}
+	movesDone(t, c, 1)
+	for k := range deleted {
+		_, err := c.Get(k)
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, k)
+		for _, m := range ms {
+			// A placeholder of a copy that was undone (W or Z) may wait
+			// for its expiration; it is no value.
+			reply := rawCommand(t, m.addr, "mg "+k+" v\r\n")
+			a, _ := ss.PickServer(k)
+			require.True(t, reply == "EN" || strings.Contains(reply, " W") || strings.Contains(reply, " Z"),
+				"%s at %s (owner %s; new %s): %q", k, m.addr, a, ms[2].addr, reply)
+		}
+	}
+}
+
+// A server whose crawler is off cannot list its keys: the Client says so
+// once, and its keys still move when read.
+func TestMovesRefused(t *testing.T) {
+	ms := startMemcached(t, 2)
+	ms[0].restartWith("-o", "no_lru_crawler")
+	log := &lineLog{}
+	c, ss := newTestClient(t, addrsOf(ms[:1]), WithSlog(log.logger()))
+	keys := keysOf(t, func() *ServerList { s := new(ServerList); s.SetServers(addrsOf(ms)...); return s }(), ms[1].addr, 20)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	st := movesDone(t, c, 1)
+	require.Equal(t, 1, st.Refused)
+	require.Zero(t, st.Moved)
+	require.Equal(t, 1, log.count("cannot move keys from this server"))
+	for _, k := range keys {
+		_, err := c.Get(k)
+		require.NoError(t, err, "handed off when read")
+	}
+}
+
+// lineLog keeps what a slog.Logger wrote, to count lines.
+type lineLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lineLog) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.b.Write(p)
+	}), nil))
+}
+
+func (l *lineLog) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), sub)
+}
