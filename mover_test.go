@@ -189,3 +189,25 @@ func (l *lineLog) count(sub string) int {
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), sub)
 }
+
+// A server removed while it still serves (a pod terminating, in its grace
+// period) has its keys moved out: after it stops, every key is still
+// found, without a read during the move.
+func TestMovesScaleDown(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	const n = 3000
+	for i := range n {
+		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("down-", i), Value: []byte(fmt.Sprint("value ", i))}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+	st := movesDone(t, c, 1)
+	require.Positive(t, st.Listed)
+	require.Equal(t, st.Listed, st.Moved)
+	ms[2].kill()
+	for i := range n {
+		it, err := c.Get(fmt.Sprint("down-", i))
+		require.NoError(t, err, "down-%d", i)
+		require.Equal(t, fmt.Sprint("value ", i), string(it.Value))
+	}
+}
