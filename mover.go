@@ -51,7 +51,8 @@ const (
 	defaultMoveRate = 5000
 	moveWorkers     = 8                      // keys moved at once
 	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
-	claimTTL        = 10 * time.Second       // how long a dead mover's claim holds
+	defaultClaimTTL = 10 * time.Second       // how long a dead mover's claim holds
+	maxTakeOvers    = 5                      // rounds a client runs again for a set of members whose mover may have died
 	claimPrefix     = "k8sms.move."          // the claim keys, skipped by the listing
 )
 
@@ -75,6 +76,7 @@ func (a MoveStats) plus(b MoveStats) MoveStats {
 // refusal was logged. Its own lock; the Client calls it, never the reverse.
 type mover struct {
 	rate  int
+	claim time.Duration // a claim's expiration, renewed at a third of it
 	token string        // this client's claim value
 	kick  chan struct{} // a change to move the keys of
 	mu    sync.Mutex
@@ -85,7 +87,7 @@ type mover struct {
 func newMover(rate int) *mover {
 	var b [8]byte
 	rand.Read(b[:])
-	return &mover{rate: rate, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1), told: map[string]bool{}}
+	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1), told: map[string]bool{}}
 }
 
 func (m *mover) signal() {
@@ -135,16 +137,33 @@ func (c *Client) moveLoop() {
 		case <-c.mover.kick:
 		default:
 		}
-		c.moveRound(c.ctx)
+		// While another client holds a claim of this round, it may die:
+		// once its claim has expired, run the round again, and take over
+		// what it left. A new change ends this.
+		for range maxTakeOvers {
+			if !c.moveRound(c.ctx) {
+				break
+			}
+			select {
+			case <-time.After(c.mover.claim + time.Second):
+				continue
+			case <-c.mover.kick:
+				c.mover.signal()
+			case <-c.ctx.Done():
+				return
+			}
+			break
+		}
 	}
 }
 
 // moveRound moves the keys of every server of the recent rings that may
-// hold keys it does not own, one server at a time.
-func (c *Client) moveRound(ctx context.Context) {
+// hold keys it does not own, one server at a time. It reports whether
+// another client held the claim of a server and had not finished.
+func (c *Client) moveRound(ctx context.Context) (held bool) {
 	rt := c.rt.Load()
 	if rt == nil || rt.live == nil || len(rt.past) == 0 {
-		return
+		return false
 	}
 	id := ringID(rt)
 	var srcs []*server
@@ -157,13 +176,14 @@ func (c *Client) moveRound(ctx context.Context) {
 	}
 	for _, p := range srcs {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		if p.readable() {
-			c.moveFrom(ctx, p, id)
+		if p.readable() && c.moveFrom(ctx, p, id) {
+			held = true
 		}
 	}
 	c.mover.add(func(st *MoveStats) { st.Rounds++ })
+	return held
 }
 
 // ringID names the members of rt, the same in every client that sees
@@ -184,19 +204,20 @@ func ringID(rt *routing) string {
 }
 
 // moveFrom moves the keys that p holds and does not own to their owners,
-// if this client claims p for the servers id names.
-func (c *Client) moveFrom(ctx context.Context, p *server, id string) {
+// if this client claims p for the members id names. It reports whether
+// another client holds the claim and has not finished.
+func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool) {
 	if p.proto.Load() == protoClassic {
 		c.refused(p, "it does not speak the meta protocol, whose copies are exact")
-		return
+		return false
 	}
 	key := claimPrefix + id
-	won, err := c.claim(ctx, p, key)
+	won, done, err := c.claim(ctx, p, key)
 	if err != nil || !won {
 		if err == nil {
 			c.mover.add(func(st *MoveStats) { st.Claimed++ })
 		}
-		return
+		return err == nil && !done
 	}
 	start := time.Now()
 	keys, err := c.listMovable(ctx, p)
@@ -205,7 +226,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) {
 	}
 	if err != nil {
 		c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
-		return
+		return false
 	}
 	before := c.mover.totals()
 	c.mover.add(func(st *MoveStats) { st.Sources++; st.Listed += len(keys) })
@@ -220,13 +241,13 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) {
 		})
 	}
 	every := time.Second / time.Duration(max(c.mover.rate, 1))
-	next, renew := time.Now(), time.Now().Add(claimTTL/3)
+	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
 	for _, k := range keys {
 		if now := time.Now(); now.After(renew) {
-			if !c.renewClaim(ctx, p, key, c.mover.token, claimTTL) {
+			if !c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) {
 				break // lost: another client moves the rest
 			}
-			renew = now.Add(claimTTL / 3)
+			renew = now.Add(c.mover.claim / 3)
 		}
 		if d := time.Until(next); d > 0 {
 			select {
@@ -244,10 +265,11 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) {
 	wg.Wait()
 	// Done: the claim stays, for as long as a past ring, so that clients
 	// that see this set of servers later do not list p again.
-	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, claimTTL))
+	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
 	after := c.mover.totals()
 	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", len(keys),
 		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
+	return false
 }
 
 // refused notes that p's keys cannot be moved, and logs why once.
@@ -338,15 +360,20 @@ func movableTo(rt *routing, h uint64) *server {
 	return s
 }
 
-// claim adds key at p, claiming p's keys for this client; false if
-// another client holds it, or held it and finished.
-func (c *Client) claim(ctx context.Context, p *server, key string) (bool, error) {
-	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(claimTTL / time.Second)}
-	err := p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
-	if errors.Is(err, memcache.ErrNotStored) {
-		return false, nil
+// claim adds key at p, claiming p's keys for this client. If another
+// client holds it, won is false, and done tells whether that client
+// finished.
+func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bool, err error) {
+	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
+	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
+	if !errors.Is(err, memcache.ErrNotStored) {
+		return err == nil, false, err
 	}
-	return err == nil, err
+	var got *memcache.Item
+	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
+		return false, false, nil // gone since, or unreadable: try again later
+	}
+	return false, string(got.Value) == "done", nil
 }
 
 // renewClaim sets key at p to value, with an expiration of exp, if it is
