@@ -35,6 +35,7 @@ var Schedules = []Schedule{
 	{Name: "ring-remove-add", Control: true, Round: removeAdd},
 	{Name: "ring-replace", Control: true, Round: replace},
 	{Name: "move-back", Control: true, Round: moveBack},
+	{Name: "moves", Control: true, Round: moves},
 	{Name: "unseen-change", Control: true, Round: unseenChange,
 		Known: "a client started after keys moved back to a server holding older values of them cannot tell those from current ones; closed when keys move with their slots (issue 20)"},
 	{Name: "flush", Round: flush},
@@ -242,6 +243,26 @@ func moveBack(e *Env) error {
 	if err := e.Remove(s); err != nil {
 		return err
 	}
+	settle(e)
+	return nil
+}
+
+// moves adds a spare and removes it after the Client's key moves ran
+// each way (see selector.Moves), while the workload writes and deletes the
+// keys being moved: a move must never land over a newer value, nor bring
+// a deleted one back.
+func moves(e *Env) error {
+	s := e.Spare()
+	e.Phase("added")
+	if err := e.Add(s); err != nil {
+		return err
+	}
+	e.Sleep(e.Between(1200*time.Millisecond, 2*time.Second))
+	e.Phase("removed")
+	if err := e.Remove(s); err != nil {
+		return err
+	}
+	e.Sleep(e.Between(1200*time.Millisecond, 2*time.Second))
 	settle(e)
 	return nil
 }

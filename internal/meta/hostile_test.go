@@ -131,6 +131,38 @@ func TestHostileUnsolicited(t *testing.T) {
 	require.ErrorContains(t, err, "unsolicited reply \"HD\\r\\n\" with no request pending")
 }
 
+// A reply to nothing that arrives while the connection is idle, when
+// nothing reads, is read by the next request, as a reply without the
+// opaque it sent (the server had echoed one before): the connection fails
+// with a protocol error rather than take it for the answer.
+func TestHostileUnsolicitedWhileIdle(t *testing.T) {
+	checkGoroutines(t)
+	s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+		line, err := readRequest(br)
+		if err != nil {
+			return
+		}
+		_, opaque, _ := strings.Cut(line, " O")
+		opaque, _, _ = strings.Cut(opaque, " ")
+		nc.Write([]byte("EN O" + opaque + "\r\n"))
+		time.Sleep(50 * time.Millisecond)
+		nc.Write([]byte("HD\r\n")) // to nothing
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+		}
+	})
+	c := s.conn(t, Options{})
+	_, err := c.Get(context.Background(), "k", GetOptions{})
+	require.ErrorIs(t, err, ErrMiss)
+	time.Sleep(150 * time.Millisecond)
+	_, err = c.Get(context.Background(), "k", GetOptions{})
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "reply HD without the opaque")
+	require.ErrorIs(t, c.Err(), ErrConnClosed)
+}
+
 func TestHostileHangMidValue(t *testing.T) {
 	checkGoroutines(t)
 	s := startFake(t, replyWith("VA 10\r\nhi"))
