@@ -198,6 +198,9 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present)
 	case !reserved: // another copy is under way: this read is served from p
+		if cause == HandoffMove {
+			return nil // a move leaves the key to that copy
+		}
 		return c.unlessOvertaken(st, it)
 	}
 	var now *memcache.Item
@@ -216,6 +219,9 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 	}
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 	c.reportHandoff(p, s, cause, HandoffCopied)
+	if cause == HandoffMove {
+		return &cp // nobody waits for the item: no read back
+	}
 	return c.readBack(s, it, cp.Expiration, st)
 }
 

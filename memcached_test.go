@@ -16,14 +16,14 @@ import (
 // tests: its faults are real (SIGKILL, SIGSTOP), and it can be restarted on
 // the same port, empty.
 type memcached struct {
-	t     *testing.T
+	t     testing.TB
 	addr  string
 	cmd   *exec.Cmd
 	extra []string // memcached's arguments beyond the test's own
 }
 
 // startMemcached starts n memcached servers, which the test stops.
-func startMemcached(t *testing.T, n int) []*memcached {
+func startMemcached(t testing.TB, n int) []*memcached {
 	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {

@@ -65,11 +65,12 @@ type MoveStats struct {
 	Listed  int // keys found at a server that does not own them
 	Moved   int // of those, at their owner now (copied, or there already), and deleted where they were
 	Left    int // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
+	Took    time.Duration // the time spent listing and moving, summed over the servers
 }
 
 func (a MoveStats) plus(b MoveStats) MoveStats {
 	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
-		a.Listed + b.Listed, a.Moved + b.Moved, a.Left + b.Left}
+		a.Listed + b.Listed, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took}
 }
 
 // mover is the state of a Client's moves: totals, and the servers whose
@@ -266,6 +267,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 	// Done: the claim stays, for as long as a past ring, so that clients
 	// that see this set of servers later do not list p again.
 	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
+	c.mover.add(func(st *MoveStats) { st.Took += time.Since(start) })
 	after := c.mover.totals()
 	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", len(keys),
 		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
@@ -315,8 +317,8 @@ func (c *Client) listMovable(ctx context.Context, p *server) ([]string, error) {
 
 // moveKey moves key, listed at p, to its owner s, as a read that missed
 // there would (see handoff), and deletes it at p once s has it: a value s
-// has already is newer than p's. Where s has no value after the handoff,
-// p keeps its own: another copy may be under way (a read's, whose check of
+// has already is newer than p's. Where the handoff did not copy it, p
+// keeps its own: another copy may be under way (a read's, whose check of
 // p a delete would fail), or p's value is one no read will serve.
 func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 	h := c.hash(key)
@@ -331,9 +333,9 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 	r := keyOp{ctx: ctx, kind: opGet, key: key}
 	_, err := c.do(h, &r)
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		if _, err = c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffMove); err == nil {
-			err = s.call(func(w wire) error { _, err := w.Get(ctx, key); return err })
-		}
+		// The handoff returns an item if it copied the key or found s
+		// holding it, and a miss if it left the key at p.
+		_, err = c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
 	}
 	if err == nil {
 		err = p.call(func(w wire) error { return w.Delete(ctx, key) })
