@@ -58,13 +58,13 @@ const (
 
 // MoveStats are the totals of the key moves a Client ran (see Moves).
 type MoveStats struct {
-	Rounds  int // rounds run: one per change of servers, or burst of changes
-	Sources int // servers whose keys this client listed and moved
-	Claimed int // servers another client was moving, or had moved, the keys of
-	Refused int // servers that cannot list their keys (crawler off, no meta protocol)
-	Listed  int // keys found at a server that does not own them
-	Moved   int // of those, at their owner now (copied, or there already), and deleted where they were
-	Left    int // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
+	Rounds  int           // rounds run: one per change of servers, or burst of changes
+	Sources int           // servers whose keys this client listed and moved
+	Claimed int           // servers another client was moving, or had moved, the keys of
+	Refused int           // servers that cannot list their keys (crawler off, no meta protocol)
+	Listed  int           // keys found at a server that does not own them
+	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
+	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
 	Took    time.Duration // the time spent listing and moving, summed over the servers
 }
 
