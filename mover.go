@@ -53,6 +53,7 @@ const (
 	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
 	defaultClaimTTL = 10 * time.Second       // how long a dead mover's claim holds
 	maxTakeOvers    = 5                      // rounds a client runs again for a set of members whose mover may have died
+	maxListings     = 3                      // listings of one server in a round
 	claimPrefix     = "k8sms.move."          // the claim keys, skipped by the listing
 )
 
@@ -62,7 +63,7 @@ type MoveStats struct {
 	Sources int           // servers whose keys this client listed and moved
 	Claimed int           // servers another client was moving, or had moved, the keys of
 	Refused int           // servers that cannot list their keys (crawler off, no meta protocol)
-	Listed  int           // keys found at a server that does not own them
+	Listed  int           // keys found at a server that does not own them (a key left there is listed again by the next listing)
 	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
 	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
 	Took    time.Duration // the time spent listing and moving, summed over the servers
@@ -175,6 +176,11 @@ func (c *Client) moveRound(ctx context.Context) (held bool) {
 			}
 		}
 	}
+	// Servers that left first: they stop serving at the end of their
+	// grace period; the members keep what they hold.
+	slices.SortStableFunc(srcs, func(a, b *server) int {
+		return cmpBool(a.status() != gone, b.status() != gone)
+	})
 	for _, p := range srcs {
 		if ctx.Err() != nil {
 			return false
@@ -221,17 +227,45 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		return err == nil && !done
 	}
 	start := time.Now()
-	keys, err := c.listMovable(ctx, p)
-	if errors.Is(err, meta.ErrNoListing) {
-		c.refused(p, err.Error())
-	}
-	if err != nil {
-		c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
-		return false
-	}
 	before := c.mover.totals()
-	c.mover.add(func(st *MoveStats) { st.Sources++; st.Listed += len(keys) })
+	listed := 0
+	// A listing taken while the server serves can miss items (see
+	// meta.List): list again until a listing finds nothing more to move.
+	for pass := 0; pass < maxListings; pass++ {
+		keys, err := c.listMovable(ctx, p)
+		if errors.Is(err, meta.ErrNoListing) {
+			c.refused(p, err.Error())
+		}
+		if err != nil {
+			c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
+			return false
+		}
+		if pass == 0 {
+			c.mover.add(func(st *MoveStats) { st.Sources++ })
+		}
+		if len(keys) == 0 {
+			break
+		}
+		listed += len(keys)
+		c.mover.add(func(st *MoveStats) { st.Listed += len(keys) })
+		if !c.moveKeys(ctx, p, key, keys) {
+			return false // lost the claim: another client moves the rest
+		}
+	}
+	// Done: the claim stays, for as long as a past ring, so that clients
+	// that see this set of servers later do not list p again.
+	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
+	c.mover.add(func(st *MoveStats) { st.Took += time.Since(start) })
+	after := c.mover.totals()
+	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", listed,
+		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
+	return false
+}
 
+// moveKeys moves keys, listed at p, at most the mover's rate a second,
+// renewing this client's claim (key) as it goes. It reports false if the
+// claim was lost or ctx ended.
+func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) bool {
 	work := make(chan string)
 	var wg sync.WaitGroup
 	for range moveWorkers {
@@ -241,12 +275,14 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			}
 		})
 	}
+	defer wg.Wait()
+	defer close(work)
 	every := time.Second / time.Duration(max(c.mover.rate, 1))
 	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
 	for _, k := range keys {
 		if now := time.Now(); now.After(renew) {
 			if !c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) {
-				break // lost: another client moves the rest
+				return false
 			}
 			renew = now.Add(c.mover.claim / 3)
 		}
@@ -258,20 +294,11 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		}
 		next = next.Add(every)
 		if ctx.Err() != nil {
-			break
+			return false
 		}
 		work <- k
 	}
-	close(work)
-	wg.Wait()
-	// Done: the claim stays, for as long as a past ring, so that clients
-	// that see this set of servers later do not list p again.
-	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
-	c.mover.add(func(st *MoveStats) { st.Took += time.Since(start) })
-	after := c.mover.totals()
-	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", len(keys),
-		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
-	return false
+	return true
 }
 
 // refused notes that p's keys cannot be moved, and logs why once.
@@ -328,6 +355,7 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 		return
 	case s == nil:
 		c.mover.add(func(st *MoveStats) { st.Left++ })
+		c.log.Debug("moving keys: a key stays where it was: its owner is out", keyServer, p.addr.str, "key", key)
 		return
 	}
 	r := keyOp{ctx: ctx, kind: opGet, key: key}
@@ -350,6 +378,9 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 			st.Left++
 		}
 	})
+	if err != nil {
+		c.log.Debug("moving keys: a key stays where it was", keyServer, p.addr.str, "key", key, "to", s.addr.str, "error", err)
+	}
 }
 
 // movableTo is the server that a key of hash h moves to: its owner among

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -292,6 +293,8 @@ const (
 	rrSettle    = 500 * time.Millisecond
 	rrHitSlack  = 0.01 // the Client's hit rate during the rollout: within a point of before
 	rrKeptFloor = 0.99 // the Client's share of the keys still found after each step
+	rrCold      = 3000 // keys set once before the rollout and never read until after the scale-up
+	rrColdFloor = 0.999
 )
 
 // TestClientRollingRestart: a rolling restart of every pod as a Deployment
@@ -304,10 +307,16 @@ const (
 func TestClientRollingRestart(t *testing.T) {
 	e := newEnv(t)
 	pods, l := e.startClientScenario()
-	client := newVTraffic("client", e.newSelClient(l), cKeys, cWorkers, cInterval)
+	sel := e.newSelClient(l)
+	client := newVTraffic("client", sel, cKeys, cWorkers, cInterval)
 	today := newVTraffic("today", todayClient(l, cMaxIdle), cKeys, cWorkers, cInterval)
 	trs := []*vtraffic{client, today}
 	warmAll(t, trs...)
+	// The cold keys: the long tail that no read hands off; only moves keep them.
+	coldKey := func(i int) string { return "cold-" + strconv.Itoa(i) }
+	for i := range rrCold {
+		require.NoError(t, sel.Set(&memcache.Item{Key: coldKey(i), Value: []byte(coldKey(i))}))
+	}
 	stop := runAll(e.ctx, trs...)
 	defer stop()
 	time.Sleep(rrBefore)
@@ -338,6 +347,7 @@ func TestClientRollingRestart(t *testing.T) {
 	}
 
 	// Scale-up: one more pod; a sweep as soon as the ring has it.
+	rounds := sel.Stats().Moves.Rounds
 	warmAll(t, trs...)
 	phaseAll(trs...)
 	pods = append(pods, e.runPods(2*cPods, 1, podOpts{})[0])
@@ -347,6 +357,35 @@ func TestClientRollingRestart(t *testing.T) {
 	}
 	scale := phaseAll(trs...)
 	stop()
+	// The cold keys are read once the scale-up's moves are done: a read of
+	// a key in the middle of its move can miss.
+	require.Eventually(t, func() bool { return sel.Stats().Moves.Rounds > rounds }, 10*time.Second, 10*time.Millisecond, "the scale-up's moves")
+	coldFound := 0
+	for i := 0; i < rrCold; i += 100 {
+		var ks []string
+		for j := i; j < min(i+100, rrCold); j++ {
+			ks = append(ks, coldKey(j))
+		}
+		got, err := sel.GetMulti(ks)
+		require.NoError(t, err)
+		for _, k := range ks {
+			if it := got[k]; it != nil && string(it.Value) == k {
+				coldFound++
+				continue
+			}
+			var at []string
+			for _, p := range pods {
+				if _, err := memcache.New(p.Addr(11211)).Get(k); err == nil {
+					at = append(at, p.Addr(11211))
+				}
+			}
+			a, _ := l.PickServer(k)
+			t.Logf("rolling: cold key %s not found; its owner is %s; found directly at %v", k, a, at)
+		}
+	}
+	mv := sel.Stats().Moves
+	t.Logf("rolling: cold keys (set before the rollout, not read until after the scale-up): %d of %d found (%.2f%%); the Client's moves: %d rounds, %d servers listed, %d keys listed, %d moved, %d left, in %v",
+		coldFound, rrCold, 100*float64(coldFound)/rrCold, mv.Rounds, mv.Sources, mv.Listed, mv.Moved, mv.Left, mv.Took.Round(time.Millisecond))
 
 	for j, tr := range trs {
 		var kept []string
@@ -367,8 +406,10 @@ func TestClientRollingRestart(t *testing.T) {
 		report(t, "| %s | %.2f%% | %.2f%% | %.2f%% | %d | %.2f%% | %d |\n", tr.name, 100*before[j].hitRate(), 100*during[j].hitRate(),
 			100*during[j].keptShare(), during[j].errs(), 100*scale[j].keptShare(), tr.all.stale.Load())
 	}
-	report(t, "\n")
+	report(t, "\nCold keys (set before the rollout through the Client, not read until after the scale-up; moves keep them): %d of %d found (%.2f%%).\n\n",
+		coldFound, rrCold, 100*float64(coldFound)/rrCold)
 
+	assert.GreaterOrEqual(t, float64(coldFound)/rrCold, rrColdFloor, "client: cold keys found after the rollout and the scale-up")
 	assert.InDelta(t, before[0].hitRate(), during[0].hitRate(), rrHitSlack, "client: hit rate during the rollout against before")
 	for i, s := range steps {
 		assert.GreaterOrEqual(t, s[0].keptShare(), rrKeptFloor, "client: kept share at step %d", i+1)
