@@ -161,7 +161,9 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 // copyTo copies it, read from p, to s, deletes it at p, and returns s's
 // copy (or it if s's cannot be read), or nil if a write or delete overtook
 // the copy, which st tracks: the caller registers it (see copies) before it
-// reads p, and ends it after.
+// reads p, and ends it after. For a move (cause HandoffMove), which serves
+// nobody, it returns an item only if s holds the key now, copied or there
+// before: a nil tells the mover to leave the key at p.
 //
 // The copy first reserves the key at s (see wire.Reserve): a placeholder,
 // which readers take for a miss. Then p is read again: if its value
@@ -189,9 +191,15 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 	})
 	switch {
 	case errors.Is(err, errNoReserve):
+		if cause == HandoffMove { // moves are made by the meta protocol only (see Client.moveKey)
+			return nil
+		}
 		return c.addCopy(ctx, s, p, it, &cp, st, cause)
 	case err != nil:
 		c.reportHandoff(p, s, cause, HandoffFailed)
+		if cause == HandoffMove {
+			return nil // not copied: the source keeps the key
+		}
 		return c.unlessOvertaken(st, it)
 	case present != nil:
 		c.reportHandoff(p, s, cause, HandoffPresent)

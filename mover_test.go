@@ -218,7 +218,7 @@ func TestMovesScaleDown(t *testing.T) {
 func TestMovesTakeOver(t *testing.T) {
 	ms := startMemcached(t, 3)
 	c, ss := newTestClient(t, addrsOf(ms[:2]))
-	c.mover.claim = time.Second
+	c.mover.claim = 3 * time.Second
 	const n = 1000
 	for i := range n {
 		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("take-", i), Value: []byte("v")}))
@@ -227,7 +227,7 @@ func TestMovesTakeOver(t *testing.T) {
 	eventually(t, "the new ring", func() bool { return c.rt.Load().base == ss.ring.Load() })
 	key := claimPrefix + ringID(c.rt.Load())
 	for _, m := range ms[:2] { // a mover that claimed both, and died
-		require.NoError(t, direct(m.addr).Add(&memcache.Item{Key: key, Value: []byte("dead"), Expiration: 1}))
+		require.NoError(t, direct(m.addr).Add(&memcache.Item{Key: key, Value: []byte("dead"), Expiration: 3}))
 	}
 	owned := 0
 	for i := range n {
