@@ -205,6 +205,7 @@ func TestMovesScaleDown(t *testing.T) {
 	st := movesDone(t, c, 1)
 	require.Positive(t, st.Listed)
 	require.Equal(t, st.Listed, st.Moved)
+	require.Equal(t, 1, st.Sources, "only the removed server lost slots: the others are not listed")
 	ms[2].kill()
 	for i := range n {
 		it, err := c.Get(fmt.Sprint("down-", i))
