@@ -528,7 +528,10 @@ func TestPoolZones(t *testing.T) {
 
 // hitRateSlack is poolMaxHitDrop plus 3 standard deviations of the
 // difference of two hit rates p1 and p2 measured over n1 and n2 Gets.
+// A rate over 1 (a zone's count of hits includes the pool's repair and
+// move reads there) is taken as 1: no variance, rather than NaN.
 func hitRateSlack(p1 float64, n1 int64, p2 float64, n2 int64) float64 {
+	p1, p2 = min(max(p1, 0), 1), min(max(p2, 0), 1)
 	v := p1*(1-p1)/float64(max(n1, 1)) + p2*(1-p2)/float64(max(n2, 1))
 	return poolMaxHitDrop + 3*math.Sqrt(v)
 }
