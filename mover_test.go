@@ -63,9 +63,10 @@ func TestMovesScaleUp(t *testing.T) {
 		}
 	}
 	require.Greater(t, owned, n/5)
-	require.Equal(t, owned, st.Listed, "the keys the new server owns were listed")
-	require.Equal(t, owned, st.Moved)
-	require.Zero(t, st.Left)
+	// A key left by a pass (a request past the timeout on a loaded machine)
+	// is listed again by the next, and moved then.
+	require.Equal(t, owned, st.Moved, "the keys the new server owns were moved, each once")
+	require.Equal(t, owned+st.Left, st.Listed, "each key left was listed again")
 	require.Equal(t, 2, st.Sources, "both old servers were listed")
 }
 
@@ -198,13 +199,19 @@ func TestMovesScaleDown(t *testing.T) {
 	ms := startMemcached(t, 3)
 	c, ss := newTestClient(t, addrsOf(ms))
 	const n = 3000
+	held := 0 // by the server removed
 	for i := range n {
-		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("down-", i), Value: []byte(fmt.Sprint("value ", i))}))
+		k := fmt.Sprint("down-", i)
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(fmt.Sprint("value ", i))}))
+		if a, err := ss.PickServer(k); err == nil && a.String() == ms[2].addr {
+			held++
+		}
 	}
 	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
 	st := movesDone(t, c, 1)
-	require.Positive(t, st.Listed)
-	require.Equal(t, st.Listed, st.Moved)
+	require.Greater(t, held, n/5)
+	require.Equal(t, held, st.Moved, "each key of the removed server moved once")
+	require.Equal(t, held+st.Left, st.Listed, "each key left was listed again")
 	require.Equal(t, 1, st.Sources, "only the removed server lost slots: the others are not listed")
 	ms[2].kill()
 	for i := range n {
