@@ -52,6 +52,7 @@ type Client struct {
 	copies copies    // handoff copies in flight
 	gains  gains     // the slots each server gained, and its CAS floor then
 	mover  *mover    // the moves of keys after a change of servers (see Moves)
+	loads  flights   // GetOrLoad's loads in flight, one per key
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep

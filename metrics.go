@@ -99,6 +99,8 @@ const (
 	OpDecrement      Op = "decrement"
 	OpPing           Op = "ping"
 	OpFlushAll       Op = "flush_all"
+	OpGetOrLoad      Op = "get_or_load"
+	OpInvalidate     Op = "invalidate"
 )
 
 // An Outcome is how an operation, or a request to one server, ended: a

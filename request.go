@@ -22,6 +22,8 @@ const (
 	opDelete
 	opIncr
 	opDecr
+	opLease      // a read that takes a lease on a miss (see GetOrLoad)
+	opInvalidate // marks the key's value stale (see InvalidateContext)
 )
 
 // idempotent reports whether running the operation twice leaves the same
@@ -32,7 +34,7 @@ const (
 // retry would wait as long again.
 func (k opKind) idempotent() bool {
 	switch k {
-	case opGet, opGetAndTouch, opTouch, opSet, opDelete:
+	case opGet, opGetAndTouch, opTouch, opSet, opDelete, opInvalidate:
 		return true
 	}
 	return false
@@ -63,6 +65,7 @@ type keyOp struct {
 	exp   int32          // for GetAndTouch and Touch
 	ttl   bool           // for Get: the item's Expiration is its remaining one (see wire.GetForCopy)
 	delta uint64         // for Increment and Decrement
+	lease *leaseRead     // for opLease: what the read found (see leaseRead)
 
 	got *memcache.Item // a read's item
 	n   uint64         // a counter's new value
@@ -107,6 +110,10 @@ func (c *Client) send(w wire, r *keyOp, standIn bool) (err error) {
 		err = w.Delete(ctx, r.key)
 	case opIncr, opDecr:
 		r.n, err = w.Arith(ctx, r.key, r.delta, r.kind == opDecr)
+	case opLease:
+		r.got, err = r.lease.send(ctx, w, r.key, r.exp)
+	case opInvalidate:
+		err = invalidateOn(ctx, w, r.key, r.exp)
 	}
 	return err
 }
