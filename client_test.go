@@ -597,10 +597,7 @@ func TestConcurrentHandoffs(t *testing.T) {
 	client := func(delay func(addr string, req []byte) time.Duration) (*Client, *ServerList) {
 		ss := new(ServerList)
 		require.NoError(t, ss.SetServers(from))
-		// Read handoffs alone: with moves on, a move racing the two
-		// reads under these delays (past the timeout) lost the key in
-		// two CI runs; that is open work of the mover (issue 20).
-		c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err

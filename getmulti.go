@@ -175,7 +175,7 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 			}
 			for j, i := range b.keys {
 				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], hashes[i], it.CasID) {
-					if cp := c.copyTo(ctx, owner[i], b.s, it, sts[j], HandoffRead); cp != nil {
+					if cp, _ := c.copyTo(ctx, owner[i], b.s, it, sts[j], HandoffRead); cp != nil {
 						cp.Expiration = 0 // as gomemcache's GetMulti
 						mu.Lock()
 						found[keys[i]] = cp

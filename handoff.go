@@ -118,9 +118,22 @@ func (cs *copies) overtaken(key string) bool {
 // expires after exp seconds; with touch, after exp seconds in any case (a
 // GetAndTouch). ctx bounds the reads of the sources and the copy.
 func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, error) {
+	it, _, err := c.handoffFrom(ctx, h, key, s, exp, touch, cause)
+	return it, err
+}
+
+// copied is what a handoff did at the key's server s: whether s holds the
+// key now (copied there, or there before), and the source it read.
+type copied struct {
+	at   bool
+	from *server
+}
+
+// handoffFrom is handoff, and tells what the copy did (see copied).
+func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, copied, error) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
-		return nil, memcache.ErrCacheMiss
+		return nil, copied{}, memcache.ErrCacheMiss
 	}
 	// The copy is registered before its source is read, so that a write or
 	// delete from then on overtakes it (see copies).
@@ -139,7 +152,7 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 		switch f := failureOf(err); f {
 		case healthy:
 		case abandoned:
-			return nil, err
+			return nil, copied{}, err
 		default:
 			c.sourceFailed(p, f, err)
 			continue
@@ -150,20 +163,21 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 		if touch {
 			it.Expiration = exp
 		}
-		if cp := c.copyTo(ctx, s, p, it, st, cause); cp != nil {
-			return cp, nil
+		cp, at := c.copyTo(ctx, s, p, it, st, cause)
+		if cp == nil {
+			err = memcache.ErrCacheMiss
 		}
-		return nil, memcache.ErrCacheMiss
+		return cp, copied{at, p}, err
 	}
-	return nil, memcache.ErrCacheMiss
+	return nil, copied{}, memcache.ErrCacheMiss
 }
 
-// copyTo copies it, read from p, to s, deletes it at p, and returns s's
-// copy (or it if s's cannot be read), or nil if a write or delete overtook
-// the copy, which st tracks: the caller registers it (see copies) before it
-// reads p, and ends it after. For a move (cause HandoffMove), which serves
-// nobody, it returns an item only if s holds the key now, copied or there
-// before: a nil tells the mover to leave the key at p.
+// copyTo copies it, read from p, to s, deletes it at p, and returns the
+// item to serve: s's copy (or it if s's cannot be read), or nil if a write
+// or delete overtook the copy, which st tracks: the caller registers it
+// (see copies) before it reads p, and ends it after. at tells whether s
+// holds the key now, copied or there before; where it does not, p keeps
+// it. A move (cause HandoffMove) serves nobody: its copy is not read back.
 //
 // The copy first reserves the key at s (see wire.Reserve): a placeholder,
 // which readers take for a miss. Then p is read again: if its value
@@ -180,7 +194,7 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 // write's, which deletes at p itself, or another copy's, whose check of p
 // would take that delete for a racing Delete and undo the copy. Where s
 // failed, p keeps the key for the next read.
-func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) *memcache.Item {
+func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
 	cp := c.copyOf(s, it)
 	var present *memcache.Item
 	var stub uint64
@@ -191,46 +205,37 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 	})
 	switch {
 	case errors.Is(err, errNoReserve):
-		if cause == HandoffMove { // moves are made by the meta protocol only (see Client.moveKey)
-			return nil
-		}
 		return c.addCopy(ctx, s, p, it, &cp, st, cause)
 	case err != nil:
 		c.reportHandoff(p, s, cause, HandoffFailed)
-		if cause == HandoffMove {
-			return nil // not copied: the source keeps the key
-		}
-		return c.unlessOvertaken(st, it)
+		return c.unlessOvertaken(st, it), false
 	case present != nil:
 		c.reportHandoff(p, s, cause, HandoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
-		return c.unlessOvertaken(st, present)
+		return c.unlessOvertaken(st, present), true
 	case !reserved: // another copy is under way: this read is served from p
-		if cause == HandoffMove {
-			return nil // a move leaves the key to that copy
-		}
-		return c.unlessOvertaken(st, it)
+		return c.unlessOvertaken(st, it), false
 	}
 	var now *memcache.Item
 	perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 	if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
 		c.reportHandoff(p, s, cause, HandoffUndone)
-		return nil
+		return nil, false
 	}
 	cp.CasID = stub
 	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) }); err != nil {
 		// A write or delete got there first, and is newer; or s failed,
 		// and the placeholder expires by itself.
 		c.reportHandoff(p, s, cause, HandoffUndone)
-		return nil
+		return nil, false
 	}
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 	c.reportHandoff(p, s, cause, HandoffCopied)
 	if cause == HandoffMove {
-		return &cp // nobody waits for the item: no read back
+		return &cp, true
 	}
-	return c.readBack(s, it, cp.Expiration, st)
+	return c.readBack(s, it, cp.Expiration, st), true
 }
 
 // unlessOvertaken returns it, or nil if a write or delete of this client's
@@ -262,7 +267,7 @@ func (c *Client) readBack(s *server, it *memcache.Item, exp int32, st *copyState
 // went, or a write or delete of this client's overtook it. Between the add
 // and the undo, another client can read the copy (see the README's
 // "Consistency").
-func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) *memcache.Item {
+func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
 	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, cp) })
 	switch {
 	case err == nil:
@@ -271,17 +276,17 @@ func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Ite
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, cp)
 			c.reportHandoff(p, s, cause, HandoffUndone)
-			return nil
+			return nil, false
 		}
 		p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 		c.reportHandoff(p, s, cause, HandoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
 		c.reportHandoff(p, s, cause, HandoffFailed)
-		return c.unlessOvertaken(st, it)
+		return c.unlessOvertaken(st, it), false
 	default:
 		c.reportHandoff(p, s, cause, HandoffPresent)
 	}
-	return c.readBack(s, it, cp.Expiration, st)
+	return c.readBack(s, it, cp.Expiration, st), true
 }
 
 // reserveTTL is how long a copy's placeholder lives, in seconds, if the

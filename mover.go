@@ -379,18 +379,17 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 		c.log.Debug("moving keys: a key stays where it was: its owner is out", keyServer, p.addr.str, "key", key)
 		return
 	}
-	r := keyOp{ctx: ctx, kind: opGet, key: key}
-	_, err := c.do(h, &r)
-	if errors.Is(err, memcache.ErrCacheMiss) {
-		// The handoff returns an item if it copied the key or found s
-		// holding it, and a miss if it left the key at p.
-		_, err = c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
-	}
-	if err == nil {
-		err = p.call(func(w wire) error { return w.Delete(ctx, key) })
-		if errors.Is(err, memcache.ErrCacheMiss) {
-			err = nil
+	_, res, err := c.handoffFrom(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
+	if res.at {
+		err = nil
+		if res.from != p { // the copy deleted it at its source; p's is older, or s's own
+			err = p.call(func(w wire) error { return w.Delete(ctx, key) })
+			if errors.Is(err, memcache.ErrCacheMiss) {
+				err = nil
+			}
 		}
+	} else if err == nil {
+		err = errNotMoved
 	}
 	c.mover.add(func(st *MoveStats) {
 		if err == nil {
@@ -403,6 +402,10 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 		c.log.Debug("moving keys: a key stays where it was", keyServer, p.addr.str, "key", key, "to", s.addr.str, "error", err)
 	}
 }
+
+// errNotMoved is why a key stays at its source where the handoff says no
+// more: another copy held the key's server, or the source failed.
+var errNotMoved = errors.New("selector: the key's server does not hold it")
 
 // movableTo is the server that a key of hash h moves to: its owner among
 // the members, if this client routes to it; else nil.

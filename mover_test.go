@@ -16,7 +16,9 @@ import (
 // the last look, and returns its totals.
 func movesDone(t *testing.T, c *Client, rounds int) MoveStats {
 	t.Helper()
-	eventually(t, "a round of moves", func() bool { return c.Stats().Moves.Rounds >= rounds })
+	// Longer than eventually waits: a round lists and moves thousands of
+	// keys, which on a loaded machine under -race takes seconds.
+	require.Eventually(t, func() bool { return c.Stats().Moves.Rounds >= rounds }, time.Minute, time.Millisecond, "a round of moves")
 	return c.Stats().Moves
 }
 
