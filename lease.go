@@ -94,7 +94,8 @@ func cmp0(d, def time.Duration) time.Duration {
 // waits for the copy. A load that fails returns its error, and releases
 // the lease, so that the next caller loads at once; one that panics
 // releases it and panics on. If the cache fails (no server, or its server
-// errs), the value is loaded and returned, not cached.
+// errs), GetOrLoad returns its error as Get does, and loads nothing: the
+// caller decides whether its database takes the load.
 //
 // In a replicated or zoned pool, the lease lives in the key's primary
 // group (see Pool): the caller reads its own group first (unless it is the
@@ -193,10 +194,8 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load L
 			// The gate refused the value there: it is replaced, unless it
 			// changed meanwhile.
 			return c.loadAndSet(ctx, key, load, holdOf(s, ls.cas, false), others, opt)
-		case isCtxErr(err):
+		case err != nil: // the cache failed: its error, as Get's
 			return nil, err
-		case err != nil: // the cache failed: serve the load
-			return loadItem(ctx, key, load, nil)
 		case ls.won && !ls.stale:
 			if it, ok, herr := c.handoffLease(ctx, h, key, s, ls.cas); ok || herr != nil {
 				return it, herr
@@ -245,7 +244,7 @@ func (c *Client) handoffLease(ctx context.Context, h uint64, key string, s *serv
 	case err != nil:
 		return nil, false, nil
 	}
-	if err := c.storeLoaded(ctx, opCAS, it, cas); err != nil && !lostRace(err) { // with the remaining expiration it had there
+	if err := c.storeLoaded(ctx, opCAS, it, cas); err != nil { // with the remaining expiration it had there
 		c.release(s, key, cas)
 	}
 	it.Expiration = 0
@@ -268,7 +267,7 @@ func holdOf(s *server, cas uint64, won bool) leaseHold { return leaseHold{s: s, 
 // loadAndSet loads key and writes it at h's server, and in the other
 // groups of a pool, each conditional on the key's CAS there (see
 // leaseHold). A lease won is released if the load fails or panics, or its
-// set fails otherwise than by losing to a change of the key.
+// set fails.
 func (c *Client) loadAndSet(ctx context.Context, key string, load LoadFunc, h leaseHold, others []*Client, opt LoadOptions) (*memcache.Item, error) {
 	h.c = c
 	holds := []leaseHold{h}
@@ -288,8 +287,11 @@ func (c *Client) loadAndSet(ctx context.Context, key string, load LoadFunc, h le
 	return loadItem(ctx, key, load, func(it *memcache.Item) {
 		loaded = true
 		for i, h := range holds {
+			// A set that failed releases its lease: it lost to a change of
+			// the key (then the release fails too), or it went to another
+			// server (the key's changed meanwhile), or it failed.
 			err := h.c.storeLoaded(ctx, opCAS, it, h.cas)
-			if err != nil && !lostRace(err) {
+			if err != nil {
 				h.release(key)
 			}
 			if i == 0 && err != nil {
@@ -309,12 +311,6 @@ func (h leaseHold) release(key string) {
 	if h.won {
 		h.c.release(h.s, key, h.cas)
 	}
-}
-
-// lostRace reports whether err is a conditional write's loss to a change
-// of its key: the value stays unwritten, and nothing needs undoing.
-func lostRace(err error) bool {
-	return errors.Is(err, memcache.ErrCASConflict) || errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)
 }
 
 // loadItem runs load for key, and store (if not nil) with its item,

@@ -12,8 +12,8 @@ import (
 // taken there, and the winner writes its value to every group.
 func (pl *pooled) getOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (*memcache.Item, error) {
 	p := pl.primaryFor(key)
-	if p == nil { // no server: as a sharded Client's, the load is served
-		return loadItem(ctx, key, load, nil)
+	if p == nil {
+		return nil, ErrNoServers
 	}
 	v := pl.view.Load()
 	// A read of the primary group now would take the lease of a stale
