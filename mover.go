@@ -49,7 +49,7 @@ func WithMoves(m Moves) ClientOption {
 
 const (
 	defaultMoveRate = 5000
-	moveWorkers     = 8                      // keys moved at once
+	moveWorkers     = 16                     // keys moved at once
 	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
 	defaultClaimTTL = 10 * time.Second       // how long a dead mover's claim holds
 	maxTakeOvers    = 5                      // rounds a client runs again for a set of members whose mover may have died
@@ -143,7 +143,7 @@ func (c *Client) moveLoop() {
 		// once its claim has expired, run the round again, and take over
 		// what it left. A new change ends this.
 		for range maxTakeOvers {
-			if !c.moveRound(c.ctx) {
+			if !c.moveRoundUntilChange() {
 				break
 			}
 			select {
@@ -157,6 +157,26 @@ func (c *Client) moveLoop() {
 			break
 		}
 	}
+}
+
+// moveRoundUntilChange runs a round of moves, which a new change of
+// servers ends: the next round starts over from the new rings, with the
+// servers that stop serving first (a rolling restart removes a pod a
+// moment after it adds one, and the pod removed has the least time).
+func (c *Client) moveRoundUntilChange() (held bool) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-c.mover.kick:
+			c.mover.signal() // for moveLoop: the next round
+			cancel()
+		case <-ended:
+		}
+	}()
+	return c.moveRound(ctx)
 }
 
 // moveRound moves the keys of every server of the recent rings that may
@@ -182,7 +202,9 @@ func (c *Client) moveRound(ctx context.Context) (held bool) {
 			held = true
 		}
 	}
-	c.mover.add(func(st *MoveStats) { st.Rounds++ })
+	if ctx.Err() == nil { // a round a change ended is not one run
+		c.mover.add(func(st *MoveStats) { st.Rounds++ })
+	}
 	return held
 }
 

@@ -1,8 +1,11 @@
 package selector
 
 import (
+	"bufio"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// movesDone waits until c has run a round of moves and moved nothing since
-// the last look, and returns its totals.
+// movesDone waits until c has run rounds rounds of moves, and returns its
+// totals.
 func movesDone(t *testing.T, c *Client, rounds int) MoveStats {
 	t.Helper()
 	// Longer than eventually waits: a round lists and moves thousands of
@@ -256,4 +259,63 @@ func TestMovesTakeOver(t *testing.T) {
 			require.NoError(t, err, k)
 		}
 	}
+}
+
+// A change while a round moves ends it: the next round starts over from
+// the new rings, and moves the keys of the server that stops serving
+// first, before the ones the earlier change left at the servers that stay.
+// As in a rolling restart, where a pod is removed a moment after its
+// successor joins.
+func TestMovesAChangeEndsTheRound(t *testing.T) {
+	ms := startMemcached(t, 4)
+	c, ss := newTestClient(t, addrsOf(ms[:3]), WithMoves(Moves{Rate: 1500}))
+	const n = 12000
+	for i := range n {
+		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("chg-", i), Value: []byte("v")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...)) // ms[3] joins: about 3000 keys to move, 2 s at this rate
+	eventually(t, "the first round's moves", func() bool { return c.Stats().Moves.Moved > 0 })
+	require.NoError(t, ss.SetServers(addrsOf(ms[1:])...)) // ms[0] is removed, and still serves
+	require.Eventually(t, func() bool { return currItems(t, ms[0].addr) <= 2 }, time.Minute, 10*time.Millisecond,
+		"the removed server's keys moved (it holds the claims of the two rounds at most)")
+	left := 0 // keys that the servers staying hold and ms[3] owns
+	for i := range n {
+		k := fmt.Sprint("chg-", i)
+		if a, _ := ss.PickServer(k); a.String() != ms[3].addr {
+			continue
+		}
+		for _, m := range ms[1:3] {
+			if _, err := direct(m.addr).Get(k); err == nil {
+				left++
+			}
+		}
+	}
+	require.Positive(t, left, "the first change's keys wait: the removed server's went first")
+	st := movesDone(t, c, 1)
+	require.Equal(t, 1, st.Rounds, "the round the second change ended is not counted")
+	for i := range n {
+		it, err := c.Get(fmt.Sprint("chg-", i))
+		require.NoError(t, err, "chg-%d", i)
+		require.Equal(t, "v", string(it.Value))
+	}
+}
+
+// currItems is memcached's count of the items at addr.
+func currItems(t *testing.T, addr string) int {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write([]byte("stats\r\n"))
+	require.NoError(t, err)
+	sc := bufio.NewScanner(nc)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "STAT curr_items "); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("stats of %s: no curr_items (%v)", addr, sc.Err())
+	return 0
 }

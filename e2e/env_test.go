@@ -182,6 +182,7 @@ type podOpts struct {
 	statefulSet bool // hostname = pod name, subdomain = the Service
 	ports       []corev1.ContainerPort
 	labels      map[string]string
+	memoryMB    int // memcached's -m (default 16)
 }
 
 // runPods starts n pods named prefix-0..n-1 (from start), in parallel, and
@@ -214,6 +215,7 @@ func (e *env) runPod(name string, o podOpts) (*cluster.Pod, error) {
 		Ports:     o.ports,
 		NoProcess: o.noProcess,
 		NotReady:  o.notReady,
+		MemoryMB:  o.memoryMB,
 	}
 	if o.statefulSet {
 		spec.Hostname, spec.Subdomain = name, serviceName

@@ -78,6 +78,7 @@ type PodSpec struct {
 	Ports     []corev1.ContainerPort
 	NoProcess bool // an API object only: no memcached, an IP nothing binds
 	NotReady  bool // leave the Ready condition False
+	MemoryMB  int  // memcached's -m, its memory for items (default 16)
 }
 
 // Pod is a pod the Kubelet runs.
@@ -173,8 +174,12 @@ func (k *Kubelet) releaseIP(ip string) {
 func (p *Pod) startMemcached(ctx context.Context, port int) error {
 	addr := net.JoinHostPort(p.IP, strconv.Itoa(port))
 	logPath := filepath.Join(p.k.logDir, fmt.Sprintf("memcached-%s-%s-%d.log", p.Namespace, p.Name, port))
+	mem := p.spec.MemoryMB
+	if mem == 0 {
+		mem = 16
+	}
 	proc, err := StartProcess("memcached "+addr, logPath, p.k.memcached,
-		"-l", p.IP, "-p", strconv.Itoa(port), "-U", "0", "-m", "16", "-t", "1", "-u", "root")
+		"-l", p.IP, "-p", strconv.Itoa(port), "-U", "0", "-m", strconv.Itoa(mem), "-t", "1", "-u", "root")
 	if err != nil {
 		return err
 	}
