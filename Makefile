@@ -101,7 +101,7 @@ bench: bench-deps
 	cat /proc/loadavg > bench-loadavg.out
 	$(GO) test -c -o bench.test .
 	$(GO) test -c -o proxybench.test ./internal/proxybench
-	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-client.out bench-goals.out bench-quality.out
+	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-client.out bench-goals.out bench-quality.out bench-leases.out
 	for round in $$(seq $(BENCH_COUNT)); do \
 		echo "round $$round of $(BENCH_COUNT)"; \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1 -test.bench '^BenchmarkPickServer$$' | tee -a bench-pick.out && \
@@ -111,6 +111,7 @@ bench: bench-deps
 		./proxybench.test $(BENCH_FLAGS) -test.bench '^BenchmarkClientVsGomemcache$$' -proxy.vs-rotate $$round | tee -a bench-client.out || exit 1; \
 	done
 	./bench.test -test.run '^TestQualityMeasure$$' -test.count 1 -test.timeout 30m -test.v -quality-json bench-quality.out
+	./bench.test -test.run '^TestLeaseMeasure$$' -test.count 1 -test.timeout 10m -test.v -lease.measure -lease.json bench-leases.out
 	rm -f bench.test proxybench.test
 	@rm -f benchstat.out; \
 	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out && \
@@ -119,7 +120,7 @@ bench: bench-deps
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out \
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out -leases bench-leases.out \
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)" >bench-goals.out
 	@cat BENCHMARKS.md
 	@echo; echo "The Client against gomemcache (BenchmarkClientVsGomemcache; BENCHMARKS.md has the tables):"; cat bench-goals.out

@@ -39,6 +39,7 @@ var (
 	loadFile      = flag.String("loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the header, if it exists")
 	e2eFile       = flag.String("e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
 	histFile      = flag.String("histcheck", "", "output `file` of make histcheck-long to summarize, if it exists")
+	leasesFile    = flag.String("leases", "", "the JSON `file` that TestLeaseMeasure wrote with -lease.json, if it exists")
 	command       = flag.String("command", "make bench", "the `command` that produced the report, for its header")
 )
 
@@ -108,6 +109,12 @@ func run() error {
 
 	if _, err := os.Stat(*histFile); err == nil {
 		if err := histcheckSection(&body, *histFile); err != nil {
+			return err
+		}
+	}
+
+	if _, err := os.Stat(*leasesFile); err == nil {
+		if err := leasesSection(&body, *leasesFile); err != nil {
 			return err
 		}
 	}
