@@ -53,7 +53,7 @@ test-deps:
 # histcheck-long.out).
 HISTCHECK_DURATION ?= 60s
 histcheck: test-deps
-	$(GO) test -race -count=1 -run '^TestHistory$$' -v ./internal/histcheck/
+	$(GO) test -race -count=1 -run '^(TestHistory|TestStaleSet)$$' -v ./internal/histcheck/
 
 histcheck-long: SHELL := /bin/bash
 histcheck-long: .SHELLFLAGS := -o pipefail -c
