@@ -506,6 +506,41 @@ func TestHandoffFromDraining(t *testing.T) {
 	}
 }
 
+// TestHandoffFromDrainingSlowOnce: a draining server that is slow once (a
+// reply past the timeout, under the load of its moves) still serves its
+// keys; only as many failures in a row as take a member out end its grace
+// period for the Client.
+func TestHandoffFromDrainingSlowOnce(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms), WithMoves(Moves{Rate: -1}))
+	ss.drains = true // as with discovery
+	keys := keysOf(t, ss, ms[2].addr, 10)
+	for _, k := range keys {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+	ss.setDraining([]string{ms[2].addr})
+	eventually(t, "the client to see the server drain", func() bool {
+		return stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
+	})
+	ms[2].signal(syscall.SIGSTOP)
+	_, err := c.Get(keys[0])
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the draining server did not answer in time")
+	ms[2].signal(syscall.SIGCONT)
+	require.False(t, serverOf(c, ms[2].addr).lost.Load(), "one timeout ended the draining server's grace period")
+	for _, k := range keys[1:] {
+		it, err := c.Get(k)
+		require.NoError(t, err, "%s not handed off from the draining server", k)
+		require.Equal(t, k, string(it.Value))
+	}
+	ms[2].signal(syscall.SIGSTOP)
+	for range 3 { // keys[0] is still there: its copy was not read
+		c.Get(keys[0])
+	}
+	require.True(t, serverOf(c, ms[2].addr).lost.Load(), "a draining server that failed 3 times in a row is not read again")
+	ms[2].signal(syscall.SIGCONT)
+}
+
 // TestHandoffMemory measures what the handoff costs at 1000 servers: the
 // past rings a Client keeps after a run of changes (no connection is made:
 // the servers are never asked). Its bound is maxPast rings of the size of

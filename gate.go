@@ -166,7 +166,7 @@ func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 	err := s.call(func(w wire) error { return w.Delete(c.ctx, key) })
 	if f := failureOf(err); f != healthy {
 		if s.status() == gone {
-			s.lost.Store(true)
+			c.goneFailed(s, f)
 		}
 		c.deleteLater(s, key, standIn)
 		return true

@@ -151,6 +151,9 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 		err := p.call(func(w wire) (err error) { it, _, err = w.GetForCopy(ctx, key, exp); return })
 		switch f := failureOf(err); f {
 		case healthy:
+			if p.timeouts.Load() != 0 { // a server that left counts its failures in a row (see goneFailed)
+				p.timeouts.Store(0)
+			}
 		case abandoned:
 			return nil, copied{}, err
 		default:
@@ -321,14 +324,31 @@ func (c *Client) undoCopy(s *server, cp *memcache.Item) {
 	}
 }
 
-// sourceFailed notes that a handoff's source p failed: one that left is not
-// read again; a member's health is observed as for any request.
+// sourceFailed notes that a handoff's source p failed: a member's health
+// is observed as for any request; one that left, see goneFailed.
 func (c *Client) sourceFailed(p *server, f failure, err error) {
 	if p.status() == gone {
-		p.lost.Store(true)
+		c.goneFailed(p, f)
 		return
 	}
 	c.observe(p, f, err)
+}
+
+// goneFailed notes that a request to s, which left, failed with f. Without
+// discovery, s served until then, and is not used again. With it, s serves
+// while Kubernetes says so (a terminating pod in its grace period), unless
+// it refuses connections, or fails as many times in a row as take a member
+// out: one slow reply, under the load of its keys' moves, does not end its
+// grace period. Its invalidation log holds the keys whose deletes failed
+// there meanwhile (see Client.invalidate).
+func (c *Client) goneFailed(s *server, f failure) {
+	switch {
+	case f == healthy || f == refused || f == abandoned || f == local:
+	case !c.list.drains || f == unreachable:
+		s.lost.Store(true)
+	case int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown:
+		s.lost.Store(true)
+	}
 }
 
 // handoffTTL is the expiration, in seconds, of a value a Get copies.
