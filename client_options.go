@@ -22,7 +22,7 @@ type clientOptions struct {
 	standInTTL        time.Duration // the longest expiration a write sent to a stand-in keeps
 	handoffWindow     time.Duration // how long a key that moved is read from where it was; 0: no handoff
 	handoffTTL        time.Duration // the expiration of a value copied by a handoff; 0: none
-	maxPast           int           // past rings kept for handoff
+	maxPast           int           // past rings kept for handoff, at least (see pastLimit)
 	maxInvalidations  int           // keys a server's invalidation log holds
 	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered

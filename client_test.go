@@ -581,6 +581,25 @@ func TestHandoffMemory(t *testing.T) {
 	require.Less(t, float64(all), float64(past+1)*float64(one)*1.25, "the Client holds more than its past rings")
 }
 
+// TestPastRingsKept: a small ring's past rings are kept up to the budget
+// (a rolling restart of a few pods makes more changes than maxPast, and
+// each change's keys must still be found where they were until they move);
+// a large ring's, maxPast (TestHandoffMemory).
+func TestPastRingsKept(t *testing.T) {
+	addrs := benchAddrs(20)
+	var ss ServerList
+	require.NoError(t, ss.SetServers(addrs[:3]...))
+	refuse := WithDialContext(func(context.Context, string, string) (net.Conn, error) { return nil, syscall.ECONNREFUSED })
+	c, err := NewClientFromList(&ss, WithSlog(slog.New(slog.DiscardHandler)), refuse, WithMoves(Moves{Rate: -1}))
+	require.NoError(t, err)
+	defer c.Close()
+	for i := 1; i <= 14; i++ { // a pod added, then one removed: 7 steps of a rolling restart
+		require.NoError(t, ss.SetServers(addrs[i/2:3+(i+1)/2]...))
+		eventually(t, "the client to see the change", func() bool { return c.rt.Load().base == ss.ring.Load() })
+	}
+	require.Equal(t, 10, len(c.rt.Load().past), "1.5 MB rings within the 16 MB budget")
+}
+
 // TestDeleteDuringHandoff deletes moved keys while Gets hand them off: a
 // Get's copy must never bring a deleted value back.
 func TestDeleteDuringHandoff(t *testing.T) {

@@ -305,6 +305,23 @@ func newSlotTable(owners, succs []uint16, n int) slotTable {
 	return t
 }
 
+// bytes is about the memory r takes: its slot table, or its Ketama
+// continuum or Ch3 positions.
+func (r *ring) bytes() int {
+	n := 8 * len(r.members)
+	if a := r.alt; a != nil {
+		if a.cont != nil {
+			n += 4 * (len(a.cont.value) + len(a.cont.member) + len(a.cont.bucket))
+		}
+		if a.ch3 != nil {
+			n += 4 * len(a.ch3.at)
+		}
+		return n
+	}
+	t := &r.table
+	return n + len(t.owners4) + len(t.owners8) + 2*len(t.owners16) + len(t.succ.b)
+}
+
 // succBits returns the bits a successor takes in a table of n members.
 func succBits(n int) int { return max(8, (bits.Len(uint(n-1))+3)/4*4) }
 

@@ -71,14 +71,37 @@ func newRouting(in routingInput) (rt *routing, dropped []past) {
 	if in.old != nil {
 		keep = append(keep, in.old.past...)
 	}
+	limit := pastLimit(in.maxPast, keep)
 	for _, p := range keep {
-		if len(rt.past) < in.maxPast && in.now.Before(p.until) {
+		if len(rt.past) < limit && in.now.Before(p.until) {
 			rt.past = append(rt.past, p)
 		} else {
 			dropped = append(dropped, p)
 		}
 	}
 	return rt, dropped
+}
+
+// Past rings: at least maxPast of them are kept for the handoff window,
+// and more, up to maxPastRings, while they take less than pastBudget. A
+// rolling restart makes two changes a pod, and a key that a change moved
+// must be moved (see Moves), or read, before its ring is dropped: after,
+// no client reads it where it was. At 16 servers or fewer a ring takes 1.5
+// MB (10 are kept); at 1000, 3.5 MB (4).
+const (
+	pastBudget   = 16 << 20
+	maxPastRings = 16
+)
+
+// pastLimit is how many of the past rings keep (newest first) are kept.
+func pastLimit(least int, keep []past) int {
+	size := 0
+	for i, p := range keep {
+		if size += p.r.bytes(); i >= least && (size > pastBudget || i >= maxPastRings) {
+			return i
+		}
+	}
+	return len(keep)
 }
 
 // sameServers reports whether a and b route every key to the same server.
