@@ -108,10 +108,12 @@ func cmp0(d, def time.Duration) time.Duration {
 // once per key within this Client only, and adds the value (which does not
 // overwrite a write made meanwhile, but may follow a Delete).
 //
-// Keys read with GetOrLoad and invalidated with InvalidateContext should
-// not be read with Get as well: memcached gives the lease of a stale value
-// to the first read of it, which a Get takes and does not use (the other
-// callers wait opt.Wait for it).
+// memcached gives the first read of an invalidated value the right to
+// reload it, whatever the read: a Get or GetMulti of the Client that gets
+// it hands it back (see metaWire.missed), so that keys read with
+// GetOrLoad may be read with Get as well. A client of the cache that is
+// not this one (gomemcache, or another library) keeps it: a GetOrLoad then
+// waits opt.Wait for a load that never comes.
 func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGetOrLoad, c.begin(), &opErr)
 	if !legalKey(key) {

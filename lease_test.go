@@ -322,6 +322,32 @@ func TestInvalidate(t *testing.T) {
 	require.ErrorIs(t, a.Invalidate("k"), memcache.ErrCacheMiss)
 }
 
+// TestInvalidateThenGet: a plain Get of an invalidated key is a miss, and
+// does not keep the right to reload it that memcached gives the first
+// read: a GetOrLoad after it loads at once, instead of waiting for a load
+// that never comes.
+func TestInvalidateThenGet(t *testing.T) {
+	ms := startMemcached(t, 1)
+	c, _ := newTestClient(t, addrsOf(ms))
+	db := newTestDB()
+	require.Equal(t, "k-v0", getOrLoad(t, c, "k", LoadOptions{}, db.load))
+	db.update("k")
+	require.NoError(t, c.Invalidate("k"))
+	for _, read := range []func() error{
+		func() error { _, err := c.Get("k"); return err },
+		func() error { _, err := c.GetMulti([]string{"k"}); return err },
+	} {
+		err := read()
+		if err != nil {
+			require.ErrorIs(t, err, memcache.ErrCacheMiss)
+		}
+	}
+	it, err := c.GetOrLoad(context.Background(), "k", LoadOptions{Wait: 3 * time.Second, NoLoadAfterWait: true}, db.load)
+	require.NoError(t, err, "the Get kept the lease of the invalidated value")
+	require.Equal(t, "k-v1", string(it.Value))
+	require.Equal(t, int64(2), db.loads.Load())
+}
+
 // TestGetOrLoadWaitsForACopy: a handoff copy's placeholder (mg N, as
 // wire.Reserve makes it) is another client's lease to GetOrLoad: it waits
 // for the copy, and serves it, loading nothing.

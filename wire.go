@@ -74,9 +74,26 @@ func placeholder(it meta.Item) bool {
 	return it.Has&(meta.RetWon|meta.RetAlreadyWon|meta.RetStale) != 0
 }
 
+// missed reports whether it, read for key by a plain read, is to this
+// Client a miss (see placeholder). memcached gives the first read of an
+// invalidated item, of any kind, the right to recompute it (W with X): a
+// plain read does not use it, and hands it back with a new invalidation
+// (which bumps the CAS, and gives W to the next read), so that a
+// GetOrLoad after it loads at once instead of waiting for a load that
+// never comes.
+func (w metaWire) missed(ctx context.Context, key string, it meta.Item) bool {
+	if !placeholder(it) {
+		return false
+	}
+	if it.Won() && it.Stale() {
+		w.p.Delete(ctx, key, meta.DeleteOptions{Invalidate: true, CompareCAS: it.CAS})
+	}
+	return true
+}
+
 func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
 	it, err := w.p.Get(ctx, key, getItem)
-	if err == nil && placeholder(it) {
+	if err == nil && w.missed(ctx, key, it) {
 		err = meta.ErrMiss
 	}
 	if err != nil {
@@ -87,7 +104,7 @@ func (w metaWire) Get(ctx context.Context, key string) (*memcache.Item, error) {
 
 func (w metaWire) GetForCopy(ctx context.Context, key string, _ int32) (*memcache.Item, bool, error) {
 	it, err := w.p.Get(ctx, key, copyItem)
-	if err == nil && placeholder(it) {
+	if err == nil && w.missed(ctx, key, it) {
 		err = meta.ErrMiss
 	}
 	if err != nil {
@@ -108,7 +125,7 @@ func (w metaWire) getMulti(ctx context.Context, keys []string, o meta.GetOptions
 	got, err := w.p.GetMulti(ctx, keys, o)
 	m := make(map[string]*memcache.Item, len(got))
 	for k, it := range got {
-		if placeholder(it) {
+		if w.missed(ctx, k, it) {
 			continue
 		}
 		m[k] = gmItem(k, it)
@@ -141,7 +158,7 @@ func (w metaWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memc
 	o := getItem
 	o.Touch, o.TouchTTL = true, exp
 	it, err := w.p.Get(ctx, key, o)
-	if err == nil && placeholder(it) {
+	if err == nil && w.missed(ctx, key, it) {
 		err = meta.ErrMiss
 	}
 	if err != nil {
@@ -196,7 +213,7 @@ func (w metaWire) Reserve(ctx context.Context, key string, ttl int32) (*memcache
 		return nil, 0, false, gomemcacheErr("get", err)
 	case it.Won() && !it.Stale():
 		return nil, it.CAS, true, nil // a placeholder of this copy's
-	case placeholder(it):
+	case w.missed(ctx, key, it):
 		return nil, 0, false, nil // another copy's, or an invalidated item
 	}
 	return gmItem(key, it), 0, false, nil
