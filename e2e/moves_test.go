@@ -242,15 +242,27 @@ func statsOf(t *testing.T, addr string) map[string]string {
 	return out
 }
 
-// waitMovesDone waits until c's mover has moved nothing for mvSettle.
-func waitMovesDone(t *testing.T, c *selector.Client) {
+// waitMovesDone waits until the movers of cs have moved nothing for
+// mvSettle.
+func waitMovesDone(t *testing.T, cs ...*selector.Client) {
 	t.Helper()
-	last, since := c.Stats().Moves, time.Now()
+	totals := func() (all selector.MoveStats) {
+		for _, c := range cs {
+			st := c.Stats().Moves
+			all.Rounds += st.Rounds
+			all.Listed += st.Listed
+			all.Moved += st.Moved
+			all.Left += st.Left
+			all.Claimed += st.Claimed
+		}
+		return all
+	}
+	last, since := totals(), time.Now()
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Since(since) < mvSettle {
 		require.True(t, time.Now().Before(deadline), "moves still running after 5 minutes")
 		time.Sleep(100 * time.Millisecond)
-		if now := c.Stats().Moves; now != last {
+		if now := totals(); now != last {
 			last, since = now, time.Now()
 		}
 	}
@@ -390,8 +402,8 @@ func TestClientMovesManyClients(t *testing.T) {
 	}, mvGrace, 100*time.Millisecond, "every Client's round")
 	var total selector.MoveStats
 	copies, movers := 0, 0
+	waitMovesDone(t, cs...)
 	for i, c := range cs {
-		waitMovesDone(t, c)
 		st := c.Stats().Moves
 		total.Moved += st.Moved
 		total.Sources += st.Sources
