@@ -110,6 +110,12 @@ func TestDemo(t *testing.T) {
 		t.Errorf("rolling restart, selector.Client: hit rate %.3f before the roll, %.3f during; want a drop of 5 points at most",
 			r.Client.Before.HitRate, r.Client.During.HitRate)
 	}
+	// The keys nobody read during the roll: the Client moved them, its
+	// own and selector only's, which sit on the same pods.
+	if r.ColdKeys == 0 || float64(r.Client.ColdFound) < 0.999*float64(r.ColdKeys) || float64(r.Selector.ColdFound) < 0.999*float64(r.ColdKeys) {
+		t.Errorf("rolling restart: of %d keys not read during it, %d found after it through selector.Client, %d through selector only; want 99.9%% at least of each (the Client moves them)",
+			r.ColdKeys, r.Client.ColdFound, r.Selector.ColdFound)
+	}
 	if r.Client.During.HitRate <= r.Selector.During.HitRate {
 		t.Errorf("rolling restart: hit rate %.3f with selector.Client, not above selector only's %.3f",
 			r.Client.During.HitRate, r.Selector.During.HitRate)
@@ -203,6 +209,7 @@ type demoSummary struct {
 	Roll              struct {
 		Steps        int            `json:"steps"`
 		ServersAfter int            `json:"servers_after"`
+		ColdKeys     int            `json:"cold_keys"`
 		Selector     demoRollCounts `json:"selector"`
 		Client       demoRollCounts `json:"client"`
 	} `json:"roll"`
@@ -215,8 +222,9 @@ type demoSummary struct {
 }
 
 type demoRollCounts struct {
-	Before demoCounts `json:"before"`
-	During demoCounts `json:"during"`
+	Before    demoCounts `json:"before"`
+	During    demoCounts `json:"during"`
+	ColdFound int        `json:"cold_found"`
 }
 
 type demoKillCounts struct {

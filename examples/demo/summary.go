@@ -20,6 +20,7 @@ type summary struct {
 	Roll              struct {
 		Steps        int        `json:"steps"`
 		ServersAfter int        `json:"servers_after"`
+		ColdKeys     int        `json:"cold_keys"` // each path's`
 		Selector     rollCounts `json:"selector"`
 		Client       rollCounts `json:"client"`
 	} `json:"roll"`
@@ -86,8 +87,9 @@ func (p *zonePhase) addHits(h hitsIn) {
 
 // rollCounts are one path's requests in the rolling restart.
 type rollCounts struct {
-	Before counts `json:"before"` // a moment of traffic before the first step
-	During counts `json:"during"` // all the steps
+	Before    counts `json:"before"`     // a moment of traffic before the first step
+	During    counts `json:"during"`     // all the steps
+	ColdFound int    `json:"cold_found"` // of the cold keys (set before the roll, not read during it), found after it
 }
 
 // killCounts are one path's requests after the kill.
