@@ -144,6 +144,6 @@ bench-deps:
 # on the real control plane, then make bench, whose report includes them.
 bench-e2e:
 	rm -f bench-e2e.md
-	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientSockets|TestPoolReplicated|TestPoolZones|TestPoolAcrossServices)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientMovesAtScale|TestClientMovesManyClients|TestClientSockets|TestPoolReplicated|TestPoolZones|TestPoolAcrossServices)$$' -e2e.report $(CURDIR)/bench-e2e.md
 	-$(MAKE) histcheck-long
 	$(MAKE) bench
