@@ -125,12 +125,13 @@ func TestMovesOnceAcrossClients(t *testing.T) {
 // A Delete while the keys move is never undone by a move.
 func TestMovesNeverBringBackADelete(t *testing.T) {
 	ms := startMemcached(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: 2000}))
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: 500}))
 	const n = 3000
 	for i := range n {
 		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("del-", i), Value: []byte("v")}))
 	}
 	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the moves to begin", func() bool { return c.Stats().Moves.Moved > 0 })
 	deleted := map[string]bool{}
 	for i := 0; i < n; i += 2 {
 		k := fmt.Sprint("del-", i)
@@ -138,6 +139,9 @@ func TestMovesNeverBringBackADelete(t *testing.T) {
 		deleted[k] = true
 		if i%200 == 0 {
 			time.Sleep(5 * time.Millisecond) // spread over the move
+		}
+		if i == n/2 {
+			require.Zero(t, c.Stats().Moves.Rounds, "half the deletes ran while the keys moved (about 2 s at this rate)")
 		}
 	}
 	movesDone(t, c, 1)
