@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
@@ -236,23 +235,6 @@ func losers(rt *routing) []*server {
 	return out
 }
 
-// ringID names the members of rt, the same in every client that sees
-// them, whatever its view of their health: the claim of a server is for
-// one set of members.
-func ringID(rt *routing) string {
-	addrs := make([]string, 0, len(rt.baseSrv))
-	for _, s := range rt.baseSrv {
-		addrs = append(addrs, s.addr.str)
-	}
-	slices.Sort(addrs)
-	var b [8]byte
-	h := xxhash.Sum64String(strings.Join(addrs, ","))
-	for i := range b {
-		b[i] = byte(h >> (8 * i))
-	}
-	return hex.EncodeToString(b[:])
-}
-
 // moveFrom moves the keys that p holds and does not own to their owners,
 // if this client claims p for the members id names. It reports whether
 // another client holds the claim and has not finished.
@@ -274,7 +256,17 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 	listed := 0
 	// A listing taken while the server serves can miss items (see
 	// meta.List): list again until a listing finds nothing more to move.
-	for pass := 0; pass < maxListings; pass++ {
+	for pass, left := 0, 0; pass < maxListings; pass++ {
+		if left > 0 {
+			// A key left may wait for a copy's placeholder (one whose
+			// reply was lost holds the key for reserveTTL) or a server
+			// that failed a moment: wait that out before listing again.
+			select {
+			case <-time.After(time.Duration(c.reserveTTL()) * time.Second):
+			case <-ctx.Done():
+				return false
+			}
+		}
 		keys, err := c.listMovable(ctx, p)
 		if errors.Is(err, meta.ErrNoListing) {
 			c.refused(p, err.Error())
@@ -291,9 +283,11 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		}
 		listed += len(keys)
 		c.mover.add(func(st *MoveStats) { st.Listed += len(keys) })
+		leftBefore := c.mover.totals().Left
 		if !c.moveKeys(ctx, p, key, keys) {
 			return false // lost the claim: another client moves the rest
 		}
+		left = c.mover.totals().Left - leftBefore
 	}
 	// Done: the claim stays, for as long as a past ring, so that clients
 	// that see this set of servers later do not list p again.
@@ -437,32 +431,4 @@ func movableTo(rt *routing, h uint64) *server {
 		return nil
 	}
 	return s
-}
-
-// claim adds key at p, claiming p's keys for this client. If another
-// client holds it, won is false, and done tells whether that client
-// finished.
-func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bool, err error) {
-	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
-	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
-	if !errors.Is(err, memcache.ErrNotStored) {
-		return err == nil, false, err
-	}
-	var got *memcache.Item
-	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
-		return false, false, nil // gone since, or unreadable: try again later
-	}
-	return false, string(got.Value) == "done", nil
-}
-
-// renewClaim sets key at p to value, with an expiration of exp, if it is
-// still this client's claim.
-func (c *Client) renewClaim(ctx context.Context, p *server, key, value string, exp time.Duration) bool {
-	var got *memcache.Item
-	err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return })
-	if err != nil || string(got.Value) != c.mover.token {
-		return false
-	}
-	got.Value, got.Expiration = []byte(value), int32(exp/time.Second)
-	return p.call(func(w wire) error { return w.Store(ctx, opCAS, got) }) == nil
 }

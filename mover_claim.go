@@ -1,0 +1,62 @@
+package selector
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cespare/xxhash/v2"
+)
+
+// The claims of the mover: one client of the cache moves the keys of a
+// server for a set of members, the one whose key, named by the members, it
+// added there first (see Moves).
+
+// ringID names the members of rt, the same in every client that sees
+// them, whatever its view of their health: the claim of a server is for
+// one set of members.
+func ringID(rt *routing) string {
+	addrs := make([]string, 0, len(rt.baseSrv))
+	for _, s := range rt.baseSrv {
+		addrs = append(addrs, s.addr.str)
+	}
+	slices.Sort(addrs)
+	var b [8]byte
+	h := xxhash.Sum64String(strings.Join(addrs, ","))
+	for i := range b {
+		b[i] = byte(h >> (8 * i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// claim adds key at p, claiming p's keys for this client. If another
+// client holds it, won is false, and done tells whether that client
+// finished.
+func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bool, err error) {
+	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
+	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
+	if !errors.Is(err, memcache.ErrNotStored) {
+		return err == nil, false, err
+	}
+	var got *memcache.Item
+	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
+		return false, false, nil // gone since, or unreadable: try again later
+	}
+	return false, string(got.Value) == "done", nil
+}
+
+// renewClaim sets key at p to value, with an expiration of exp, if it is
+// still this client's claim.
+func (c *Client) renewClaim(ctx context.Context, p *server, key, value string, exp time.Duration) bool {
+	var got *memcache.Item
+	err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return })
+	if err != nil || string(got.Value) != c.mover.token {
+		return false
+	}
+	got.Value, got.Expiration = []byte(value), int32(exp/time.Second)
+	return p.call(func(w wire) error { return w.Store(ctx, opCAS, got) }) == nil
+}
