@@ -28,13 +28,15 @@ const (
 
 // idempotent reports whether running the operation twice leaves the same
 // state as once, so that it may be sent again after a broken connection:
-// get, set, delete and touch. add, cas, append, prepend, incr and decr are
+// get, set, delete, touch and invalidate, and GetOrLoad's lease read (a
+// second one finds the first's placeholder, and waits for it, or loads
+// after LoadOptions.Wait). add, cas, append, prepend, incr and decr are
 // not: a second run would report a stored add as not stored, or apply a
 // change twice. A timeout is never retried: the server may be hung, and a
 // retry would wait as long again.
 func (k opKind) idempotent() bool {
 	switch k {
-	case opGet, opGetAndTouch, opTouch, opSet, opDelete, opInvalidate:
+	case opGet, opGetAndTouch, opTouch, opSet, opDelete, opInvalidate, opLease:
 		return true
 	}
 	return false
