@@ -187,11 +187,12 @@ type Handoff struct {
 	// it was (default 5 minutes). Negative: no handoff.
 	Window time.Duration
 
-	// Expiration is the expiration of a value the Client copies (default
-	// 5 minutes, at most 30 days). Negative: none, the copy does not
-	// expire. A copy cannot keep the value's own expiration, which
-	// gomemcache does not read: if your expirations bound how stale a
-	// value may be, use your shortest.
+	// Expiration is the expiration of a value the Client copies from a
+	// server without the meta protocol (default 5 minutes, at most 30
+	// days), whose classic protocol cannot read a value's own: if your
+	// expirations bound how stale a value may be, use your shortest.
+	// Negative: none, the copy does not expire. Over the meta protocol a
+	// copy keeps the value's remaining expiration.
 	Expiration time.Duration
 }
 
