@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -256,13 +257,18 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 	listed := 0
 	// A listing taken while the server serves can miss items (see
 	// meta.List): list again until a listing finds nothing more to move.
-	for pass, left := 0, 0; pass < maxListings; pass++ {
-		if left > 0 {
-			// A key left may wait for a copy's placeholder (one whose
-			// reply was lost holds the key for reserveTTL) or a server
-			// that failed a moment: wait that out before listing again.
+	for pass, held := 0, 0; pass < maxListings; pass++ {
+		if held > 0 {
+			// A key another copy held (see moveKey) waits for it: a read's
+			// handoff ends in milliseconds, but a copy whose reply was
+			// lost holds its placeholder for reserveTTL. A server that
+			// stops serving soon is listed again sooner.
+			wait := 100 * time.Millisecond
+			if pass == maxListings-1 && p.status() != gone {
+				wait = time.Duration(c.reserveTTL()) * time.Second
+			}
 			select {
-			case <-time.After(time.Duration(c.reserveTTL()) * time.Second):
+			case <-time.After(wait):
 			case <-ctx.Done():
 				return false
 			}
@@ -283,11 +289,10 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		}
 		listed += len(keys)
 		c.mover.add(func(st *MoveStats) { st.Listed += len(keys) })
-		leftBefore := c.mover.totals().Left
-		if !c.moveKeys(ctx, p, key, keys) {
+		var ok bool
+		if ok, held = c.moveKeys(ctx, p, key, keys); !ok {
 			return false // lost the claim: another client moves the rest
 		}
-		left = c.mover.totals().Left - leftBefore
 	}
 	// Done: the claim stays, for as long as a past ring, so that clients
 	// that see this set of servers later do not list p again.
@@ -301,19 +306,30 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 
 // moveKeys moves keys, listed at p, at most the mover's rate a second,
 // renewing this client's claim (key) as it goes. It reports false if the
-// claim was lost or ctx ended.
-func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) bool {
+// claim was lost or ctx ended, and how many keys another copy held.
+func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) (_ bool, held int) {
 	work := make(chan string)
 	var wg sync.WaitGroup
+	var nheld atomic.Int32
 	for range moveWorkers {
 		wg.Go(func() {
 			for k := range work {
-				c.moveKey(ctx, p, k)
+				if c.moveKey(ctx, p, k) {
+					nheld.Add(1)
+				}
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(work)
+	ok := c.feed(ctx, p, key, keys, work)
+	close(work)
+	wg.Wait()
+	return ok, int(nheld.Load())
+}
+
+// feed sends keys to work at most the mover's rate a second, renewing the
+// claim key at p as it goes. It reports false if the claim was lost or ctx
+// ended.
+func (c *Client) feed(ctx context.Context, p *server, key string, keys []string, work chan<- string) bool {
 	every := time.Second / time.Duration(max(c.mover.rate, 1))
 	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
 	for _, k := range keys {
@@ -383,17 +399,17 @@ func (c *Client) listMovable(ctx context.Context, p *server) ([]string, error) {
 // there would (see handoff), and deletes it at p once s has it: a value s
 // has already is newer than p's. Where the handoff did not copy it, p
 // keeps its own: another copy may be under way (a read's, whose check of
-// p a delete would fail), or p's value is one no read will serve.
-func (c *Client) moveKey(ctx context.Context, p *server, key string) {
+// p a delete would fail: held), or p's value is one no read will serve.
+func (c *Client) moveKey(ctx context.Context, p *server, key string) (held bool) {
 	h := c.hash(key)
 	s := movableTo(c.rt.Load(), h)
 	switch {
 	case s == p:
-		return
+		return false
 	case s == nil:
 		c.mover.add(func(st *MoveStats) { st.Left++ })
 		c.log.Debug("moving keys: a key stays where it was: its owner is out", keyServer, p.addr.str, "key", key)
-		return
+		return false
 	}
 	_, res, err := c.handoffFrom(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
 	if res.at {
@@ -417,6 +433,7 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) {
 	if err != nil {
 		c.log.Debug("moving keys: a key stays where it was", keyServer, p.addr.str, "key", key, "to", s.addr.str, "error", err)
 	}
+	return errors.Is(err, errNotMoved)
 }
 
 // errNotMoved is why a key stays at its source where the handoff says no

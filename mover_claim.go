@@ -33,9 +33,9 @@ func ringID(rt *routing) string {
 	return hex.EncodeToString(b[:])
 }
 
-// claim adds key at p, claiming p's keys for this client. If another
-// client holds it, won is false, and done tells whether that client
-// finished.
+// claim adds key at p, claiming p's keys for this client, or finds it
+// this client's own. If another client holds it, won is false, and done
+// tells whether that client finished.
 func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bool, err error) {
 	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
 	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
@@ -45,6 +45,9 @@ func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bo
 	var got *memcache.Item
 	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
 		return false, false, nil // gone since, or unreadable: try again later
+	}
+	if string(got.Value) == c.mover.token {
+		return true, false, nil // this client's, from a round a change ended: resume it
 	}
 	return false, string(got.Value) == "done", nil
 }

@@ -272,13 +272,15 @@ func TestMovesTakeOver(t *testing.T) {
 // successor joins.
 func TestMovesAChangeEndsTheRound(t *testing.T) {
 	ms := startMemcached(t, 4)
-	c, ss := newTestClient(t, addrsOf(ms[:3]), WithMoves(Moves{Rate: 1500}))
+	c, ss := newTestClient(t, addrsOf(ms[:3]), WithMoves(Moves{Rate: 800}))
+	ss.drains = true // as with discovery: a server removed serves while it drains
 	const n = 12000
 	for i := range n {
 		require.NoError(t, c.Set(&memcache.Item{Key: fmt.Sprint("chg-", i), Value: []byte("v")}))
 	}
-	require.NoError(t, ss.SetServers(addrsOf(ms)...)) // ms[3] joins: about 3000 keys to move, 2 s at this rate
+	require.NoError(t, ss.SetServers(addrsOf(ms)...)) // ms[3] joins: about 3000 keys to move, 4 s at this rate
 	eventually(t, "the first round's moves", func() bool { return c.Stats().Moves.Moved > 0 })
+	ss.setDraining([]string{ms[0].addr})                  // first, as ServerList.publish does
 	require.NoError(t, ss.SetServers(addrsOf(ms[1:])...)) // ms[0] is removed, and still serves
 	require.Eventually(t, func() bool { return currItems(t, ms[0].addr) <= 2 }, time.Minute, 10*time.Millisecond,
 		"the removed server's keys moved (it holds the claims of the two rounds at most)")
