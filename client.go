@@ -294,7 +294,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	c.takeFloors(gained) // before rt is read
 	old := c.rt.Load()
 	c.rt.Store(rt)
-	if len(rt.past) > 0 && (old == nil || old.base != rt.base) {
+	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt)) {
 		c.mover.signal() // new members: move the keys that changed owner
 	}
 	return max(next, time.Millisecond)

@@ -245,7 +245,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		return false
 	}
 	key := claimPrefix + id
-	won, done, err := c.claim(ctx, p, key)
+	won, resumed, done, err := c.claim(ctx, p, key)
 	if err != nil || !won {
 		if err == nil {
 			c.mover.add(func(st *MoveStats) { st.Claimed++ })
@@ -281,7 +281,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
 			return false
 		}
-		if pass == 0 {
+		if pass == 0 && !resumed { // a server is counted once a set of members
 			c.mover.add(func(st *MoveStats) { st.Sources++ })
 		}
 		if len(keys) == 0 {

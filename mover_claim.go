@@ -34,22 +34,22 @@ func ringID(rt *routing) string {
 }
 
 // claim adds key at p, claiming p's keys for this client, or finds it
-// this client's own. If another client holds it, won is false, and done
-// tells whether that client finished.
-func (c *Client) claim(ctx context.Context, p *server, key string) (won, done bool, err error) {
+// this client's own (resumed). If another client holds it, won is false,
+// and done tells whether that client finished.
+func (c *Client) claim(ctx context.Context, p *server, key string) (won, resumed, done bool, err error) {
 	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
 	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
 	if !errors.Is(err, memcache.ErrNotStored) {
-		return err == nil, false, err
+		return err == nil, false, false, err
 	}
 	var got *memcache.Item
 	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
-		return false, false, nil // gone since, or unreadable: try again later
+		return false, false, false, nil // gone since, or unreadable: try again later
 	}
 	if string(got.Value) == c.mover.token {
-		return true, false, nil // this client's, from a round a change ended: resume it
+		return true, true, false, nil // this client's, from a round that ended early: resume it
 	}
-	return false, string(got.Value) == "done", nil
+	return false, false, string(got.Value) == "done", nil
 }
 
 // renewClaim sets key at p to value, with an expiration of exp, if it is
