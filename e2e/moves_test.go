@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,32 +212,11 @@ func itemsAt(t *testing.T, addrs []string) int {
 	t.Helper()
 	total := 0
 	for _, a := range addrs {
-		st := statsOf(t, a)
-		n, err := strconv.Atoi(st["curr_items"])
-		require.NoError(t, err, "curr_items of %s", a)
-		total += n
+		st, err := mcStat(a)
+		require.NoError(t, err, "stats of %s", a)
+		total += int(st["curr_items"])
 	}
 	return total
-}
-
-// statsOf is memcached's "stats" at addr.
-func statsOf(t *testing.T, addr string) map[string]string {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	require.NoError(t, err)
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(5 * time.Second))
-	_, err = nc.Write([]byte("stats\r\n"))
-	require.NoError(t, err)
-	out := map[string]string{}
-	sc := bufio.NewScanner(nc)
-	for sc.Scan() && sc.Text() != "END" {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "STAT" {
-			out[f[1]] = f[2]
-		}
-	}
-	require.NoError(t, sc.Err(), "stats of %s", addr)
-	return out
 }
 
 // waitMovesDone waits until the movers of cs have moved nothing for

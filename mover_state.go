@@ -1,0 +1,73 @@
+package selector
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// MoveStats are the totals of the key moves a Client ran (see Moves).
+type MoveStats struct {
+	Rounds  int           // rounds run: one per change of servers, or burst of changes
+	Sources int           // servers whose keys this client listed and moved
+	Claimed int           // servers another client was moving, or had moved, the keys of
+	Refused int           // servers that cannot list their keys (crawler off, no meta protocol)
+	Listed  int           // keys found at a server that does not own them (a key left there is listed again by the next listing)
+	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
+	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
+	Took    time.Duration // the time spent listing and moving, summed over the servers
+}
+
+func (a MoveStats) plus(b MoveStats) MoveStats {
+	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
+		a.Listed + b.Listed, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took}
+}
+
+// mover is the state of a Client's moves: totals, and the servers whose
+// refusal was logged. Its own lock; the Client calls it, never the reverse.
+type mover struct {
+	rate  int
+	claim time.Duration // a claim's expiration, renewed at a third of it
+	token string        // this client's claim value
+	kick  chan struct{} // a change to move the keys of
+	mu    sync.Mutex
+	stats MoveStats
+	told  map[string]bool // servers whose refusal was logged
+}
+
+func newMover(rate int) *mover {
+	var b [8]byte
+	rand.Read(b[:])
+	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1), told: map[string]bool{}}
+}
+
+func (m *mover) signal() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mover) add(f func(st *MoveStats)) {
+	m.mu.Lock()
+	f(&m.stats)
+	m.mu.Unlock()
+}
+
+func (m *mover) totals() MoveStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// firstRefusal reports whether addr's refusal is news, to be logged once.
+func (m *mover) firstRefusal(addr string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.told[addr] {
+		return false
+	}
+	m.told[addr] = true
+	return true
+}
