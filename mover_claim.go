@@ -53,13 +53,21 @@ func (c *Client) claim(ctx context.Context, p *server, key string) (won, resumed
 }
 
 // renewClaim sets key at p to value, with an expiration of exp, if it is
-// still this client's claim.
+// still this client's claim. It reports false if the claim is another
+// client's or gone; a request that failed (a timeout under load) keeps it,
+// as other clients wait for it to expire before they take over.
 func (c *Client) renewClaim(ctx context.Context, p *server, key, value string, exp time.Duration) bool {
 	var got *memcache.Item
 	err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return })
-	if err != nil || string(got.Value) != c.mover.token {
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return false // expired: another client may have taken over
+	case err != nil:
+		return ctx.Err() == nil // a slow reply is no lost claim: the next renewal tries again
+	case string(got.Value) != c.mover.token:
 		return false
 	}
 	got.Value, got.Expiration = []byte(value), int32(exp/time.Second)
-	return p.call(func(w wire) error { return w.Store(ctx, opCAS, got) }) == nil
+	err = p.call(func(w wire) error { return w.Store(ctx, opCAS, got) })
+	return err == nil || ctx.Err() == nil && failureOf(err) != healthy
 }
