@@ -179,11 +179,13 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 	}
 	key := claimPrefix + id
 	won, resumed, done, err := c.claim(ctx, p, key)
-	if err != nil || !won {
-		if err == nil {
-			c.mover.add(func(st *MoveStats) { st.Claimed++ })
-		}
-		return err == nil && !done
+	switch {
+	case err != nil: // the claim may be this client's: the next round (see moveLoop) finds out
+		c.log.Debug("moving keys: the claim failed", keyServer, p.addr.str, "error", err)
+		return ctx.Err() == nil
+	case !won:
+		c.mover.add(func(st *MoveStats) { st.Claimed++ })
+		return !done
 	}
 	start := time.Now()
 	before := c.mover.totals()

@@ -39,15 +39,25 @@ func ringID(rt *routing) string {
 func (c *Client) claim(ctx context.Context, p *server, key string) (won, resumed, done bool, err error) {
 	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
 	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
-	if !errors.Is(err, memcache.ErrNotStored) {
-		return err == nil, false, false, err
+	switch {
+	case err == nil:
+		return true, false, false, nil
+	case ctx.Err() != nil:
+		return false, false, false, err
 	}
+	// Not stored, or no reply: an add whose reply was lost (a timeout
+	// under load) may have claimed p for this client all the same, and the
+	// others wait for the claim to expire.
 	var got *memcache.Item
-	if err := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); err != nil {
-		return false, false, false, nil // gone since, or unreadable: try again later
+	if gerr := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); gerr != nil {
+		if errors.Is(err, memcache.ErrNotStored) {
+			err = nil // gone since, or unreadable: try again later
+		}
+		return false, false, false, err
 	}
 	if string(got.Value) == c.mover.token {
-		return true, true, false, nil // this client's, from a round that ended early: resume it
+		// this client's: its add's, or from a round that ended early
+		return true, errors.Is(err, memcache.ErrNotStored), false, nil
 	}
 	return false, false, string(got.Value) == "done", nil
 }
