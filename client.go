@@ -236,7 +236,6 @@ func (c *Client) refresh(now time.Time) time.Duration {
 			}
 			s.state.Store(int32(gone))
 			s.left = now
-			s.retire()
 		case now.Sub(s.left) >= c.cfg.departedKeep:
 			c.inval.forget(s)
 			delete(c.servers, a)
@@ -292,6 +291,15 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		rt.past[0].gains = lost
 	}
 	c.takeFloors(gained) // before rt is read
+	// A server that left keeps its connections while it may still be read:
+	// a terminating pod in a past ring is read and listed by every handoff
+	// and move, and a connection dialed per request would leave thousands
+	// in TIME-WAIT, enough to run out of local ports.
+	for _, s := range c.servers {
+		if s.status() == gone && (s.lost.Load() || !rt.inPast(s)) {
+			s.retire()
+		}
+	}
 	old := c.rt.Load()
 	c.rt.Store(rt)
 	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt)) {

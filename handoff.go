@@ -344,10 +344,9 @@ func (c *Client) sourceFailed(p *server, f failure, err error) {
 func (c *Client) goneFailed(s *server, f failure) {
 	switch {
 	case f == healthy || f == refused || f == abandoned || f == local:
-	case !c.list.drains || f == unreachable:
+	case !c.list.drains || f == unreachable, int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown:
 		s.lost.Store(true)
-	case int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown:
-		s.lost.Store(true)
+		s.retire()
 	}
 }
 

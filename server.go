@@ -34,7 +34,7 @@ type server struct {
 	state     atomic.Int32  // a serverState
 	timeouts  atomic.Int32  // consecutive timeouts
 	inflight  atomic.Int32  // requests running on it
-	retired   atomic.Bool   // left: close its connections once idle
+	retired   atomic.Bool   // left and no longer read: close its connections once idle
 	lost      atomic.Bool   // left, and no longer serves or failed since: not read or written any more
 	keptIn    atomic.Bool   // failing, but kept in by the cap on servers out
 	contacted atomic.Bool   // a request of the Client's succeeded there
@@ -164,7 +164,8 @@ func (s *server) closeIdle() {
 
 // retire closes the server's idle connections now, and those in use as
 // they come back (see call): gomemcache would keep them open for ever
-// (gomemcache issue #118).
+// (gomemcache issue #118). The Client retires a server that left once it
+// is no longer read: lost, or in no past ring (see Client.refresh).
 func (s *server) retire() {
 	s.retired.Store(true)
 	if s.inflight.Load() == 0 {
