@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -32,8 +33,9 @@ func TestParseListed(t *testing.T) {
 		{"exp below -1", "key=a exp=-2", Listed{}, "below -1"},
 		{"bad cas", "key=a exp=1 cas=-1", Listed{}, `listing field cas="-1"`},
 		{"bad escape", "key=a%zz exp=1", Listed{}, `listing field key="a%zz"`},
-		{"decodes to a space", "key=a%20b exp=1", Listed{}, "not a key memcached accepts"},
-		{"empty key", "key= exp=1", Listed{}, "not a key memcached accepts"},
+		{"memcached 1.6.45", "key=foo exp=-1 la=1796403991 cas=2 fetch=no cls=1 size=69 flags=5 ", Listed{Key: "foo", Exp: -1, CAS: 2, Size: 69}, ""},
+		{"decodes to a space", "key=a%20b exp=1", Listed{Key: "a b", Invalid: true, Exp: 1}, ""},
+		{"empty key", "key= exp=1", Listed{Invalid: true, Exp: 1}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseListed([]byte(tc.line))
@@ -58,9 +60,97 @@ func FuzzParseListed(f *testing.F) {
 			require.ErrorIs(t, err, ErrProtocol)
 			return
 		}
-		require.NoError(t, CheckKey(it.Key), "a listed key is one memcached accepts")
+		require.Equal(t, CheckKey(it.Key) != nil, it.Invalid, "a listed key is marked invalid if and only if memcached's text protocol cannot name it")
 		require.GreaterOrEqual(t, it.Exp, int64(-1))
 	})
+}
+
+func TestParseMgdump(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		line string
+		want Listed
+		err  string
+	}{
+		{"a key", "mg foo", Listed{Key: "foo"}, ""},
+		{"a binary key", "mg YSBi b", Listed{Key: "a b", Invalid: true}, ""},
+		{"base64 of a valid key", "mg Zm9v b", Listed{Key: "foo"}, ""},
+		{"unknown flag skipped", "mg foo x", Listed{Key: "foo"}, ""},
+		{"not mg", "md foo", Listed{}, "not mg <key>"},
+		{"no key", "mg ", Listed{}, "without a key"},
+		{"bad base64", "mg !!! b", Listed{}, "base64 key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMgdump([]byte(tc.line))
+			if tc.err != "" {
+				require.ErrorIs(t, err, ErrProtocol)
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func FuzzParseMgdump(f *testing.F) {
+	f.Add([]byte("mg foo"))
+	f.Add([]byte("mg YSBi b"))
+	f.Add([]byte("mg a b c"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		it, err := parseMgdump(line)
+		if err != nil {
+			require.ErrorIs(t, err, ErrProtocol)
+			return
+		}
+		require.Equal(t, CheckKey(it.Key) != nil, it.Invalid)
+	})
+}
+
+// List reads every framing a memcached in use answers: mgdump with and
+// without memcached 1.6.43's OK line, metadump after a server that does
+// not know mgdump refused it, with both line ends and an OK line, and an
+// invalid key among valid ones.
+func TestListFramings(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mgdump   string // the reply to mgdump
+		metadump string // the reply to metadump, if asked
+		want     []Listed
+	}{
+		{"mgdump, 1.6.19 to 1.6.42", "mg foo\r\nmg YSBi b\r\nEN\r\n", "", []Listed{{Key: "foo"}, {Key: "a b", Invalid: true}}},
+		{"mgdump, 1.6.43 and later", "OK\r\nmg foo\r\nmg YSBi b\r\nEN\r\n", "", []Listed{{Key: "foo"}, {Key: "a b", Invalid: true}}},
+		{"metadump, 1.6.18", "ERROR\r\n", "key=foo exp=-1 la=1 cas=1 fetch=no cls=1 size=69\nkey=a%20b exp=5 la=1 cas=2 fetch=no cls=1 size=65\nEND\r\n",
+			[]Listed{{Key: "foo", Exp: -1, CAS: 1, Size: 69}, {Key: "a b", Invalid: true, Exp: 5, CAS: 2, Size: 65}}},
+		{"metadump with OK, mgdump refused", "CLIENT_ERROR bad command\r\n", "OK\r\nkey=foo exp=-1 la=1 cas=2 fetch=no cls=1 size=69 flags=5 \nEND\r\n",
+			[]Listed{{Key: "foo", Exp: -1, CAS: 2, Size: 69}}},
+		{"empty, 1.6.45", "OK\r\nEN\r\n", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					switch line {
+					case "lru_crawler mgdump all\r\n":
+						nc.Write([]byte(tc.mgdump))
+					case "lru_crawler metadump all\r\n":
+						nc.Write([]byte(tc.metadump))
+					default:
+						nc.Write([]byte("ERROR\r\n"))
+					}
+				}
+			})
+			nc, err := s.dial(context.Background())
+			require.NoError(t, err)
+			defer nc.Close()
+			var got []Listed
+			require.NoError(t, List(context.Background(), nc, time.Second, func(it Listed) error { got = append(got, it); return nil }))
+			require.Equal(t, tc.want, got)
+		})
+	}
 }
 
 // A real memcached lists what was set: keys (encoded ones too), their
@@ -83,6 +173,18 @@ func TestListReal(t *testing.T) {
 		require.NoError(t, err)
 		want[k] = ttl
 	}
+	// A key written in base64 that no text request can name (another
+	// client's) is listed, marked invalid, and does not stop the listing.
+	raw, err := m.dial(ctx)
+	require.NoError(t, err)
+	_, err = raw.Write([]byte("ms YSBi 1 b\r\nx\r\n")) // "a b"
+	require.NoError(t, err)
+	reply := make([]byte, 4)
+	_, err = io.ReadFull(raw, reply)
+	require.NoError(t, err)
+	require.Equal(t, "HD\r\n", string(reply))
+	raw.Close()
+	want["a b"] = 0
 	// A listing right after writes can miss some (research/meta.md):
 	// list until every key is seen.
 	var got map[string]Listed
@@ -93,6 +195,7 @@ func TestListReal(t *testing.T) {
 		got = map[string]Listed{}
 		require.NoError(t, List(ctx, nc, time.Second, func(it Listed) error {
 			got[it.Key] = it
+			require.Equal(t, it.Key == "a b", it.Invalid, it.Key)
 			return nil
 		}))
 		return len(got) == len(want)
@@ -101,6 +204,12 @@ func TestListReal(t *testing.T) {
 	for k, ttl := range want {
 		it, ok := got[k]
 		require.True(t, ok, k)
+		if k == "a b" {
+			continue
+		}
+		if it.CAS == 0 { // mgdump (1.6.19 and later) lists keys alone
+			continue
+		}
 		if ttl == 0 {
 			require.Equal(t, int64(-1), it.Exp, k)
 		} else {
@@ -129,14 +238,16 @@ func TestListRefused(t *testing.T) {
 		{"ERROR", "ERROR\r\n", ErrNoListing},
 		{"busy", "BUSY currently processing crawler request\r\n", ErrCrawlerBusy},
 		{"a line too long", strings.Repeat("x", MaxLineLen+1), ErrProtocol},
-		{"garbage", "key=a exp=1\r\nwhat\r\n", ErrProtocol},
+		{"garbage", "mg a\r\nwhat\r\n", ErrProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkGoroutines(t)
 			s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
-				if _, err := br.ReadString('\n'); err == nil {
+				for { // the same to mgdump and to metadump, until the client hangs up
+					if _, err := br.ReadString('\n'); err != nil {
+						return
+					}
 					nc.Write([]byte(tc.reply))
-					br.ReadString('\n') // until the client hangs up
 				}
 			})
 			nc, err := s.dial(context.Background())
@@ -155,7 +266,7 @@ func TestListRefused(t *testing.T) {
 func TestListBounded(t *testing.T) {
 	stall := func(nc net.Conn, br *bufio.Reader) {
 		if _, err := br.ReadString('\n'); err == nil {
-			nc.Write([]byte("key=a exp=1 cas=1\r\nkey=b exp=1"))
+			nc.Write([]byte("mg a\r\nmg b"))
 			br.ReadString('\n')
 		}
 	}
