@@ -28,6 +28,7 @@ type clientOptions struct {
 	departedKeep      time.Duration // how long a server that left is remembered
 	pool              Pool
 	moveRate          int     // keys a second a mover moves; negative: no moves (see Moves)
+	movePrefix        string  // the prefix of the keys the mover moves (see Moves.Prefix)
 	metrics           Metrics // see WithMetrics; nil for none
 }
 

@@ -3,8 +3,8 @@ package selector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,18 +26,33 @@ import (
 // servers with a key added there, renewed while it works, which another
 // client takes over if it dies.
 //
+// The mover moves only what the Client placed: a key listed at a server
+// is the Client's if that server owned the key's slot in a ring the Client
+// routed by (and, with Moves.Prefix, if it has the prefix). Other keys
+// there are foreign: another application's, with its own hashing, or
+// junk. They are left alone and counted (MoveStats.Foreign). As another
+// hashing's keys also fall, by chance, in slots the server did own (one
+// in as many as there are servers), a server where more than 1% of the
+// keys listed, and at least 10, are foreign is not moved from at all: the
+// Client logs one warning naming the cause and the fixes (Moves.Prefix, or
+// no moves) and counts it in MoveStats.Refused; its keys move when read.
+//
 // A zero field means its default.
 type Moves struct {
 	// Rate is how many keys a second one client moves at most (default
 	// 5000). Negative: no moves; keys move when they are read.
 	Rate int
+	// Prefix, if set, is the prefix of every key this application writes:
+	// the mover moves those alone. Set it where other applications share
+	// the servers (see the mover's rule on foreign keys, in Moves' doc).
+	Prefix string
 }
 
 // WithMoves sets how the Client moves keys after a change of servers (see
 // Moves); the zero Moves is the default.
 func WithMoves(m Moves) ClientOption {
 	return clientOption{"WithMoves", func(c *clientOptions) error {
-		c.moveRate = m.Rate
+		c.moveRate, c.movePrefix = m.Rate, m.Prefix
 		if m.Rate == 0 {
 			c.moveRate = defaultMoveRate
 		}
@@ -190,6 +205,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 	start := time.Now()
 	before := c.mover.totals()
 	listed := 0
+	seen := map[string]bool{}
 	// A listing taken while the server serves can miss items (see
 	// meta.List): list again until a listing finds nothing more to move.
 	for pass, held := 0, 0; pass < maxListings; pass++ {
@@ -208,7 +224,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 				return false
 			}
 		}
-		keys, err := c.listMovable(ctx, p)
+		l, err := c.listMovable(ctx, p)
 		if errors.Is(err, meta.ErrNoListing) {
 			c.refused(p, err.Error())
 		}
@@ -216,14 +232,34 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
 			return false
 		}
-		if pass == 0 && !resumed { // a server is counted once a set of members
-			c.mover.add(func(st *MoveStats) { st.Sources++ })
+		if pass == 0 {
+			if l.shared() {
+				c.refused(p, fmt.Sprintf("%d of the %d keys listed there are not in slots it owned: another application "+
+					"with another hashing shares the server, and the mover would move its keys; set Moves.Prefix to the prefix "+
+					"of this application's keys, or turn moves off (Moves.Rate -1)", l.foreign, l.foreign+l.ours))
+				c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
+				return false
+			}
+			c.mover.add(func(st *MoveStats) {
+				st.Foreign += l.foreign + l.others
+				if !resumed { // a server is counted once a set of members
+					st.Sources++
+				}
+			})
 		}
+		var fresh int // keys not listed before: a key left is listed again
+		for _, k := range l.keys {
+			if !seen[k] {
+				seen[k] = true
+				fresh++
+			}
+		}
+		c.mover.add(func(st *MoveStats) { st.Listed += fresh })
+		keys := l.keys
 		if len(keys) == 0 {
 			break
 		}
 		listed += len(keys)
-		c.mover.add(func(st *MoveStats) { st.Listed += len(keys) })
 		var ok bool
 		if ok, held = c.moveKeys(ctx, p, key, keys); !ok {
 			return false // lost the claim: another client moves the rest
@@ -294,39 +330,6 @@ func (c *Client) refused(p *server, why string) {
 	c.mover.add(func(st *MoveStats) { st.Refused++ })
 	if c.mover.firstRefusal(p.addr.str) {
 		c.log.Warn("cannot move keys from this server; they move when read", keyServer, p.addr.str, "reason", why)
-	}
-}
-
-// listMovable lists the keys of p whose owner is another member, up for
-// this client: a key whose owner is out is left to the read handoff.
-func (c *Client) listMovable(ctx context.Context, p *server) ([]string, error) {
-	for attempt := 0; ; attempt++ {
-		nc, err := p.dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var keys []string
-		err = meta.List(ctx, nc, c.cfg.conn.timeout, func(it meta.Listed) error {
-			if strings.HasPrefix(it.Key, claimPrefix) {
-				return nil
-			}
-			if s := movableTo(c.rt.Load(), c.hash(it.Key)); s != nil && s != p {
-				keys = append(keys, it.Key)
-			}
-			return nil
-		})
-		if err == nil {
-			nc.Close()
-			return keys, nil
-		}
-		if !errors.Is(err, meta.ErrCrawlerBusy) || attempt == 9 {
-			return nil, err
-		}
-		select { // one crawl at a time: another client's, or an operator's
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
 	}
 }
 

@@ -12,8 +12,9 @@ type MoveStats struct {
 	Rounds  int           // rounds run: one per change of servers, or burst of changes
 	Sources int           // servers whose keys this client listed and moved
 	Claimed int           // servers another client was moving, or had moved, the keys of
-	Refused int           // servers that cannot list their keys (crawler off, no meta protocol)
-	Listed  int           // keys found at a server that does not own them (a key left there is listed again by the next listing)
+	Refused int           // servers that cannot list their keys (crawler off, no meta protocol), or that other applications share (see Moves)
+	Listed  int           // keys of the Client's found at a server that does not own them, each counted once a server and change
+	Foreign int           // keys found at the servers listed that the Client did not place there (see Moves): left alone
 	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
 	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
 	Took    time.Duration // the time spent listing and moving, summed over the servers
@@ -21,7 +22,7 @@ type MoveStats struct {
 
 func (a MoveStats) plus(b MoveStats) MoveStats {
 	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
-		a.Listed + b.Listed, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took}
+		a.Listed + b.Listed, a.Foreign + b.Foreign, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took}
 }
 
 // mover is the state of a Client's moves: totals, and the servers whose

@@ -71,7 +71,7 @@ func TestMovesScaleUp(t *testing.T) {
 	// A key left by a pass (a request past the timeout on a loaded machine)
 	// is listed again by the next, and moved then.
 	require.Equal(t, owned, st.Moved, "the keys the new server owns were moved, each once")
-	require.Equal(t, owned+st.Left, st.Listed, "each key left was listed again")
+	require.Equal(t, owned, st.Listed, "each key listed is counted once, however many listings found it")
 	require.Equal(t, 2, st.Sources, "both old servers were listed")
 }
 
@@ -220,7 +220,7 @@ func TestMovesScaleDown(t *testing.T) {
 	st := movesDone(t, c, 1)
 	require.Greater(t, held, n/5)
 	require.Equal(t, held, st.Moved, "each key of the removed server moved once")
-	require.Equal(t, held+st.Left, st.Listed, "each key left was listed again")
+	require.Equal(t, held, st.Listed, "each key listed is counted once, however many listings found it")
 	require.Equal(t, 1, st.Sources, "only the removed server lost slots: the others are not listed")
 	ms[2].kill()
 	for i := range n {
