@@ -22,8 +22,16 @@ test: unit e2e
 # allocation tests count them in a run without it.
 EXTRA_MODULES = extra/selectorotel extra/selectorprometheus
 
+# Every package that talks to memcached runs twice: on the memcached on
+# PATH (Debian's 1.6.18, the oldest release supported) and on the newest
+# release, which scripts/memcached-newest.sh builds from Debian unstable's
+# source package (cached; make test-deps builds it first).
+MEMCACHED_PACKAGES = . ./internal/meta/ ./internal/histcheck/
+
 unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 -timeout 30m ./...
+	newest="$$(bash scripts/memcached-newest.sh)" && echo "unit: again on $$($$newest/memcached -V)" && \
+		PATH="$$newest:$$PATH" SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 -timeout 30m $(MEMCACHED_PACKAGES)
 	$(GO) test -count=1 -run '^Test(Metrics|Client)Allocs$$' .
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -count=1 -run 'Allocs$$' ./internal/meta/
 	for m in $(EXTRA_MODULES); do (cd $$m && SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...) || exit 1; done
@@ -39,10 +47,13 @@ test-deps:
 	[ -e /usr/include/libmemcached/memcached.h ] || missing+=(libmemcached-dev); \
 	command -v memcping >/dev/null 2>&1 || missing+=(libmemcached-tools); \
 	command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev); \
-	if [ $${#missing[@]} -eq 0 ]; then exit 0; fi; \
-	[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { echo "test-deps: $${missing[*]} missing; install them (Debian: apt-get install $${missing[*]}), or run as root"; exit 1; }; \
-	echo "test-deps: installing $${missing[*]} (apt-get)"; \
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null
+	[ -e /usr/include/event2/event.h ] || missing+=(libevent-dev); \
+	if [ $${#missing[@]} -gt 0 ]; then \
+		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || { echo "test-deps: $${missing[*]} missing; install them (Debian: apt-get install $${missing[*]}), or run as root"; exit 1; }; \
+		echo "test-deps: installing $${missing[*]} (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	fi; \
+	bash scripts/memcached-newest.sh >/dev/null
 
 # make histcheck: the history checker's bounded run (internal/histcheck,
 # also part of make unit): every fault schedule over real memcached, the
@@ -67,8 +78,13 @@ vet:
 	$(GO) vet ./...
 	for m in $(EXTRA_MODULES); do (cd $$m && $(GO) mod download && $(GO) vet ./...) || exit 1; done
 
+# The e2e moves tests run again with the newest memcached in the pods.
+E2E_NEWEST_TESTS = ^(TestClientMovesAtScale|TestClientMovesManyClients|TestClientSharedServers)$$
+
 e2e: test-deps
 	bash e2e/run.sh
+	newest="$$(bash scripts/memcached-newest.sh)" && echo "e2e: again on $$($$newest/memcached -V)" && \
+		PATH="$$newest:$$PATH" bash e2e/run.sh -test.run '$(E2E_NEWEST_TESTS)'
 
 demo:
 	bash e2e/run.sh demo
