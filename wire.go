@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -150,9 +151,15 @@ func copyExp(it meta.Item) int32 {
 		return 0
 	case it.TTL == 0: // t0: it expires within the second
 		return 1
+	case it.TTL > maxRelativeExp: // memcached would read it as a unix time, long past
+		return int32(time.Now().Unix() + it.TTL)
 	}
 	return int32(it.TTL)
 }
+
+// maxRelativeExp is the longest expiration memcached reads as seconds from
+// now (30 days); a larger one is a unix time.
+const maxRelativeExp = 30 * 24 * 3600
 
 func (w metaWire) GetAndTouch(ctx context.Context, key string, exp int32) (*memcache.Item, error) {
 	o := getItem
