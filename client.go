@@ -303,7 +303,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	old := c.rt.Load()
 	c.rt.Store(rt)
 	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt)) {
-		c.mover.signal() // new members: move the keys that changed owner
+		c.mover.newMembers(now) // move the keys that changed owner
 	}
 	return max(next, time.Millisecond)
 }

@@ -237,7 +237,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 				c.refused(p, fmt.Sprintf("%d of the %d keys listed there are not in slots it owned: another application "+
 					"with another hashing shares the server, and the mover would move its keys; set Moves.Prefix to the prefix "+
 					"of this application's keys, or turn moves off (Moves.Rate -1)", l.foreign, l.foreign+l.ours))
-				c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
+				c.finishClaim(ctx, p, key)
 				return false
 			}
 			c.mover.add(func(st *MoveStats) {
@@ -265,9 +265,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			return false // lost the claim: another client moves the rest
 		}
 	}
-	// Done: the claim stays, for as long as a past ring, so that clients
-	// that see this set of servers later do not list p again.
-	c.renewClaim(ctx, p, key, "done", max(c.cfg.handoffWindow, c.mover.claim))
+	c.finishClaim(ctx, p, key)
 	c.mover.add(func(st *MoveStats) { st.Took += time.Since(start) })
 	after := c.mover.totals()
 	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", listed,

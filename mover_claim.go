@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,30 +37,72 @@ func ringID(rt *routing) string {
 // claim adds key at p, claiming p's keys for this client, or finds it
 // this client's own (resumed). If another client holds it, won is false,
 // and done tells whether that client finished.
+//
+// A claim is named by the members, and a set of members can repeat (a pod
+// NotReady, then Ready, twice): a finished claim older than this client's
+// view of the members is of an earlier change, and is claimed again. Its
+// age is read by the server's clock (the expiration it was given, less
+// what is left of it, to the second), against the time since this client
+// saw the members by its own: no two clocks are compared.
 func (c *Client) claim(ctx context.Context, p *server, key string) (won, resumed, done bool, err error) {
 	it := &memcache.Item{Key: key, Value: []byte(c.mover.token), Expiration: int32(max(c.mover.claim/time.Second, 1))}
-	err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
-	switch {
-	case err == nil:
-		return true, false, false, nil
-	case ctx.Err() != nil:
-		return false, false, false, err
-	}
-	// Not stored, or no reply: an add whose reply was lost (a timeout
-	// under load) may have claimed p for this client all the same, and the
-	// others wait for the claim to expire.
-	var got *memcache.Item
-	if gerr := p.call(func(w wire) (err error) { got, err = w.Get(ctx, key); return }); gerr != nil {
-		if errors.Is(err, memcache.ErrNotStored) {
-			err = nil // gone since, or unreadable: try again later
+	for attempt := 0; ; attempt++ {
+		err = p.call(func(w wire) error { return w.Store(ctx, opAdd, it) })
+		switch {
+		case err == nil:
+			return true, false, false, nil
+		case ctx.Err() != nil:
+			return false, false, false, err
 		}
-		return false, false, false, err
+		// Not stored, or no reply: an add whose reply was lost (a timeout
+		// under load) may have claimed p for this client all the same, and
+		// the others wait for the claim to expire.
+		var got *memcache.Item
+		if gerr := p.call(func(w wire) (err error) { got, _, err = w.GetForCopy(ctx, key, 0); return }); gerr != nil {
+			if errors.Is(err, memcache.ErrNotStored) {
+				err = nil // gone since, or unreadable: try again later
+			}
+			return false, false, false, err
+		}
+		if string(got.Value) == c.mover.token {
+			// this client's: its add's, or from a round that ended early
+			return true, errors.Is(err, memcache.ErrNotStored), false, nil
+		}
+		ttl, finished := doneTTL(got.Value)
+		if !finished {
+			return false, false, false, nil
+		}
+		age := time.Duration(ttl-got.Expiration) * time.Second
+		if attempt > 0 || ttl == 0 || age <= c.mover.sinceMembers()+time.Second {
+			return false, false, true, nil
+		}
+		// Of an earlier change: gone once deleted, unless another client
+		// claimed it again meanwhile.
+		if derr := p.call(func(w wire) error { return w.DeleteCAS(ctx, key, got.CasID) }); derr != nil && !errors.Is(derr, memcache.ErrCASConflict) &&
+			!errors.Is(derr, memcache.ErrCacheMiss) {
+			return false, false, false, derr
+		}
 	}
-	if string(got.Value) == c.mover.token {
-		// this client's: its add's, or from a round that ended early
-		return true, errors.Is(err, memcache.ErrNotStored), false, nil
+}
+
+// finishClaim marks this client's claim key at p finished, for as long as
+// a past ring is kept, so that clients that see the same members later do
+// not list p again.
+func (c *Client) finishClaim(ctx context.Context, p *server, key string) {
+	exp := max(c.cfg.handoffWindow, c.mover.claim)
+	c.renewClaim(ctx, p, key, "done "+strconv.Itoa(int(exp/time.Second)), exp)
+}
+
+// doneTTL reports whether v is a finished claim's value, and the
+// expiration, in seconds, it was given (0: unknown, from a client before
+// claims had one).
+func doneTTL(v []byte) (int32, bool) {
+	rest, ok := strings.CutPrefix(string(v), "done")
+	if !ok {
+		return 0, false
 	}
-	return false, false, string(got.Value) == "done", nil
+	n, _ := strconv.Atoi(strings.TrimPrefix(rest, " "))
+	return int32(n), true
 }
 
 // renewClaim sets key at p to value, with an expiration of exp, if it is

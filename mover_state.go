@@ -35,6 +35,7 @@ type mover struct {
 	mu    sync.Mutex
 	stats MoveStats
 	told  map[string]bool // servers whose refusal was logged
+	seen  time.Time       // when this client saw the members it routes by
 }
 
 func newMover(rate int) *mover {
@@ -48,6 +49,22 @@ func (m *mover) signal() {
 	case m.kick <- struct{}{}:
 	default:
 	}
+}
+
+// newMembers notes that the client routes by new members from now, and
+// signals the move loop.
+func (m *mover) newMembers(now time.Time) {
+	m.mu.Lock()
+	m.seen = now
+	m.mu.Unlock()
+	m.signal()
+}
+
+// sinceMembers is the time since the client saw the members it routes by.
+func (m *mover) sinceMembers() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Since(m.seen)
 }
 
 func (m *mover) add(f func(st *MoveStats)) {
