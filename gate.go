@@ -223,7 +223,7 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 	}
 	b := rt.baseOwner(h)
 	if b != nil && b != s {
-		deleted = c.invalidate(b, key, s) || deleted
+		deleted = c.invalidate(b, key, c.standInFor(b, s)) || deleted
 	}
 	if len(rt.past) == 0 {
 		return deleted
@@ -235,6 +235,22 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 		}
 	}
 	return deleted
+}
+
+// standInFor returns s if it took a write in b's place, so that its copy
+// goes when b is cleaned (see cleanStandIn), or nil if s is the key's
+// server in the ring of the servers up. Under Ketama a server out moves
+// keys between servers that are up as well (the continuum rebuilt without
+// it gives every server other points, as libmemcached's does): b is up, and
+// s holds the value just written, which a past ring hands back to b when
+// the server out returns. That value expires within the handoff window
+// (see standInExp) only if StandInExpiration is shorter; else it goes as a
+// stand-in's does, since no past ring would delete it later.
+func (c *Client) standInFor(b, s *server) *server {
+	if b.status() == up && c.cfg.standInTTL <= c.cfg.handoffWindow {
+		return nil
+	}
+	return s
 }
 
 // standInExp returns exp, an expiration in memcached's form, capped for a
