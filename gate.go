@@ -217,6 +217,9 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 			// clean), and the drain soon after.
 			c.deleteLater(s, key, nil)
 			deleted = true
+		case f == refused && answered(err):
+			// The server answered: the write did not happen, and the value
+			// there is as before (see answered).
 		case f == refused || f == timedOut || f == broken:
 			deleted = c.invalidate(s, key, nil)
 		}

@@ -73,9 +73,32 @@ type keyOp struct {
 	n   uint64         // a counter's new value
 }
 
+// keepsOnRefusal reports whether a refusal of the operation leaves the
+// key's value as it was: add, replace, cas, append and prepend. (A set that
+// memcached refuses deletes the value, in either protocol.)
+func (k opKind) keepsOnRefusal() bool {
+	switch k {
+	case opAdd, opReplace, opCAS, opAppend, opPrepend:
+		return true
+	}
+	return false
+}
+
+// classicFrom is the size of value from which the operations that keep the
+// value on a refusal go by the classic protocol: memcached's ms of a value
+// too large for it deletes the key's value whatever the mode (its
+// process_mset_command avoids "stale data" so), where its classic commands
+// delete it only for a set. gomemcache's Append of a value too large keeps
+// the value, and so does the Client's. It is under 1 MiB, memcached's
+// default largest item, by more than an item's header and longest key.
+const classicFrom = 1<<20 - 512
+
 // runOp sends r to s. standIn says that s is not the key's home: the
 // expiration of what r writes there is capped (see Client.standInExp).
 func (c *Client) runOp(s *server, r *keyOp, standIn bool) error {
+	if r.kind.keepsOnRefusal() && len(r.item.Value) >= classicFrom {
+		return s.call(func(wire) error { return c.send(s.classic, r, standIn) })
+	}
 	return s.call(func(w wire) error { return c.send(w, r, standIn) })
 }
 

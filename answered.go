@@ -1,0 +1,42 @@
+package selector
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
+)
+
+// answered reports whether err is the server's answer to a request it
+// understood and did not carry out, so that the value it holds is as
+// before: a CLIENT_ERROR (an Increment of a value that is not a number),
+// or a SERVER_ERROR that says the value was not stored (too large for the
+// server, or out of memory). Such a write did not fail in the way a
+// timeout or a broken connection does, whose outcome is unknown: nothing
+// needs deleting after it, and gomemcache, which deletes nothing, keeps the
+// value. Any other SERVER_ERROR (a proxy's, for a request to its backend
+// that timed out) may have landed, and is a failed write.
+func answered(err error) bool {
+	var se *meta.ServerError
+	var ce *meta.ClientError
+	switch {
+	case errors.As(err, &ce):
+		return true
+	case errors.As(err, &se):
+		return notStored(se.Msg)
+	}
+	// The classic protocol's answers, as gomemcache words them (see
+	// classicWire): it has no error types for them.
+	msg := err.Error()
+	if strings.HasPrefix(msg, "memcache: client error: ") {
+		return true
+	}
+	_, reply, ok := strings.Cut(msg, `"SERVER_ERROR `)
+	return ok && strings.HasPrefix(msg, "memcache: unexpected response line from ") && notStored(reply)
+}
+
+// notStored reports whether msg, a SERVER_ERROR's text, says that
+// memcached did not store the value.
+func notStored(msg string) bool {
+	return strings.HasPrefix(msg, "object too large") || strings.HasPrefix(msg, "out of memory")
+}

@@ -1,0 +1,104 @@
+package selector
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"testing"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
+)
+
+// cacheClient is what the tests run through both gomemcache's Client and
+// this one.
+type cacheClient interface {
+	Set(*memcache.Item) error
+	Get(string) (*memcache.Item, error)
+	Add(*memcache.Item) error
+	Replace(*memcache.Item) error
+	Append(*memcache.Item) error
+	Prepend(*memcache.Item) error
+	CompareAndSwap(*memcache.Item) error
+	Increment(string, uint64) (uint64, error)
+	Decrement(string, uint64) (uint64, error)
+}
+
+// TestRefusedWriteKeepsValue runs each write that memcached refuses, as an
+// answer to a well-formed request (CLIENT_ERROR, SERVER_ERROR object too
+// large), through gomemcache and through the Client, on a key that holds
+// "abc": the Client returns gomemcache's error, and the key then holds what
+// it holds after gomemcache's. The Client took such an answer for a failed
+// write, whose outcome is unknown, and deleted the key; and its ms of a
+// value too large has memcached delete the value in every mode (its classic
+// commands, only for a set).
+func TestRefusedWriteKeepsValue(t *testing.T) {
+	ms := startMemcached(t, 1)
+	c, _ := newTestClient(t, addrsOf(ms))
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	for _, tc := range []struct {
+		name string
+		op   func(cc cacheClient, key string) error
+	}{
+		{"increment of a value not a number", func(cc cacheClient, k string) error { _, err := cc.Increment(k, 1); return err }},
+		{"decrement of a value not a number", func(cc cacheClient, k string) error { _, err := cc.Decrement(k, 1); return err }},
+		{"append too large", func(cc cacheClient, k string) error { return cc.Append(&memcache.Item{Key: k, Value: big}) }},
+		{"prepend too large", func(cc cacheClient, k string) error { return cc.Prepend(&memcache.Item{Key: k, Value: big}) }},
+		{"replace too large", func(cc cacheClient, k string) error { return cc.Replace(&memcache.Item{Key: k, Value: big}) }},
+		{"add too large", func(cc cacheClient, k string) error { return cc.Add(&memcache.Item{Key: k, Value: big}) }},
+		{"compare-and-swap too large", func(cc cacheClient, k string) error {
+			it, err := cc.Get(k)
+			require.NoError(t, err)
+			it.Value = big
+			return cc.CompareAndSwap(it)
+		}},
+		// memcached deletes the value itself (in either protocol): a miss
+		// for both.
+		{"set too large", func(cc cacheClient, k string) error { return cc.Set(&memcache.Item{Key: k, Value: big}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outcome := func(cc cacheClient, key string) (opErr, read string) {
+				require.NoError(t, cc.Set(&memcache.Item{Key: key, Value: []byte("abc")}))
+				err := tc.op(cc, key)
+				require.Error(t, err)
+				it, gerr := cc.Get(key)
+				if gerr != nil {
+					return err.Error(), gerr.Error()
+				}
+				return err.Error(), fmt.Sprintf("%q", it.Value)
+			}
+			wantErr, want := outcome(direct(ms[0].addr), "gomemcache")
+			gotErr, got := outcome(c, "client")
+			require.Equal(t, wantErr, gotErr, "the error")
+			require.Equal(t, want, got, "the key after the refused write")
+		})
+	}
+}
+
+// TestAnswered: the server's answers that leave the value as it was, in
+// both protocols' wording; a SERVER_ERROR that may be a proxy's timeout,
+// and the transport's failures, are failed writes.
+func TestAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"meta client error", gomemcacheErr("incr", &meta.ClientError{Msg: "cannot increment or decrement non-numeric value"}), true},
+		{"meta too large", gomemcacheErr("append", &meta.ServerError{Msg: "object too large for cache"}), true},
+		{"meta out of memory", gomemcacheErr("set", &meta.ServerError{Msg: "out of memory storing object"}), true},
+		{"a proxy's server error", gomemcacheErr("set", &meta.ServerError{Msg: "timeout"}), false},
+		{"classic client error", errors.New("memcache: client error: cannot increment or decrement non-numeric value"), true},
+		{"classic too large", errors.New(`memcache: unexpected response line from "append": "SERVER_ERROR object too large for cache\r\n"`), true},
+		{"classic other server error", errors.New(`memcache: unexpected response line from "set": "SERVER_ERROR backend failure\r\n"`), false},
+		{"timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false},
+		{"broken", io.ErrUnexpectedEOF, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, answered(tc.err)) })
+	}
+}
