@@ -53,6 +53,7 @@ type Client struct {
 	gains  gains     // the slots each server gained, and its CAS floor then
 	mover  *mover    // the moves of keys after a change of servers (see Moves)
 	loads  flights   // GetOrLoad's loads in flight, one per key
+	tombs  tombs     // whether deletes leave tombstones (see tombstone.go)
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
@@ -128,7 +129,8 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 		outs = newOutCap(cfg.maxDown)
 	}
 	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
-		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate)}
+		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate),
+		tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers

@@ -216,7 +216,10 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, cause, HandoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present), true
-	case !reserved: // another copy is under way: this read is served from p
+	case !reserved: // another copy is under way: this read is served from p, unless deleted since
+		if c.entombed(ctx, s, it.Key) {
+			return nil, false
+		}
 		return c.unlessOvertaken(st, it), false
 	}
 	var now *memcache.Item
@@ -225,6 +228,14 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
 		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil, false
+	}
+	if c.entombed(ctx, s, it.Key) {
+		// Deleted by a client that did not see the change (see
+		// tombstone.go): p's value is older than the delete.
+		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
+		p.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, it.CasID) })
+		c.reportHandoff(p, s, cause, HandoffUndone)
+		return nil, true
 	}
 	cp.CasID = stub
 	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) }); err != nil {

@@ -397,6 +397,7 @@ func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error
 			deleted = c.invalidate(p, key, nil) || deleted
 		}
 	}
+	c.entombAt(ctx, h, key)
 	r := keyOp{ctx: ctx, kind: opInvalidate, key: key, exp: int32(StaleTTL / time.Second)}
 	s, err := c.do(h, &r)
 	if c.afterWrite(h, key, s, err) {

@@ -231,6 +231,7 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 			deleted = c.invalidate(p, key, nil) || deleted
 		}
 	}
+	c.entombAt(ctx, h, key)
 	r := keyOp{ctx: ctx, kind: opDelete, key: key}
 	s, err := c.do(h, &r)
 	if c.afterWrite(h, key, s, err) { // s may be nil: the key's server must forget it even so
