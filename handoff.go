@@ -363,3 +363,20 @@ func (c *Client) goneFailed(s *server, f failure) {
 
 // handoffTTL is the expiration, in seconds, of a value a Get copies.
 func (c *Client) handoffTTL() int32 { return int32(c.cfg.handoffTTL / time.Second) }
+
+// handoffFirst hands r's key off before r runs, if the key moved: an Add
+// at the key's server must fail where the key still holds a value where it
+// was. A key that did not move costs nothing.
+func (c *Client) handoffFirst(r *keyOp) {
+	rt := c.rt.Load()
+	if len(rt.past) == 0 || !legalKey(r.key) {
+		return
+	}
+	h := c.hash(r.key)
+	s, _ := rt.ownerNow(h)
+	var buf [4]*server
+	if s == nil || len(rt.previous(h, s, time.Now(), buf[:0])) == 0 {
+		return
+	}
+	c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, HandoffRead)
+}
