@@ -1,0 +1,77 @@
+package selector
+
+import "context"
+
+// The operations on every server, rather than on a key's.
+
+// each runs op on every member server and returns the first error.
+func (c *Client) each(op func(wire) error) error {
+	rt := c.rt.Load()
+	var first error
+	for _, s := range rt.baseSrv {
+		if err := s.call(op); err != nil && first == nil {
+			first = appError(err)
+		}
+	}
+	return first
+}
+
+// PingContext checks that every server answers, as memcache.Client.Ping, and
+// returns the first error; servers out for this client are pinged too.
+func (c *Client) PingContext(ctx context.Context) (opErr error) {
+	defer c.done(OpPing, c.begin(), &opErr)
+	if c.pool != nil {
+		return c.pool.each(func(g *Client) error { return g.PingContext(ctx) })
+	}
+	return c.each(func(w wire) error { return w.Ping(ctx) })
+}
+
+// FlushAllContext deletes every item on every server, as memcache.Client.FlushAll:
+// the members, and the servers that left but may still be read (see
+// Client). A server that cannot be flushed now (out for this client, or
+// failing) serves none of its values from before the flush when it is next
+// used (see invalLog), and no key is handed off from before it.
+func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
+	defer c.done(OpFlushAll, c.begin(), &opErr)
+	if c.pool != nil {
+		defer c.pool.copies.flush()()
+		return c.pool.each(func(g *Client) error { return g.FlushAllContext(ctx) })
+	}
+	defer c.copies.flush()()
+	c.dropPast() // no handoff from a server that is not flushed yet
+	c.mu.Lock()
+	all := make([]*server, 0, len(c.servers))
+	for _, s := range c.servers {
+		all = append(all, s)
+	}
+	c.mu.Unlock()
+	var first error
+	for _, s := range all {
+		st := s.status()
+		if st == gone && s.lost.Load() || st == down {
+			c.inval.overflow(s)
+			continue
+		}
+		err := s.call(func(w wire) error { return w.FlushAll(ctx) })
+		if err == nil {
+			continue
+		}
+		c.inval.overflow(s)
+		if s.status() == up {
+			c.floorNow(s)
+		}
+		if st != gone && first == nil {
+			first = appError(err)
+		}
+	}
+	c.dropPast()
+	return first
+}
+
+// DeleteAll deletes every item on every server, as FlushAll. Unlike
+// memcache.Client.DeleteAll, which flushes only the server of the key "",
+// it clears the whole cache.
+func (c *Client) DeleteAll() error { return c.FlushAll() }
+
+// DeleteAllContext is FlushAllContext, as memcache.Client.DeleteAll is FlushAll.
+func (c *Client) DeleteAllContext(ctx context.Context) error { return c.FlushAllContext(ctx) }
