@@ -59,6 +59,9 @@ type Client struct {
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
 	changed chan struct{}      // a change of members or health to apply
 
+	calls *calls                // the calls in flight, which Close waits for
+	cause atomic.Pointer[error] // the last failure that can take a server out (see noServers)
+
 	ctx    context.Context // ends on Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -129,7 +132,7 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 		outs = newOutCap(cfg.maxDown)
 	}
 	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
-		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate),
+		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate), calls: newCalls(),
 		tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ss.subscribe(c.changed)
@@ -141,12 +144,17 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 	return c
 }
 
-// Close stops the Client's goroutines, waits for them, closes its idle
-// connections and, for a Client from NewClient, stops discovery. It is
-// idempotent and returns nil. Requests after Close still work, over the
-// servers as they were, but nothing follows changes any more.
+// Close waits for the calls in flight to return (a GetOrLoad's load
+// included), stops the Client's goroutines, waits for them, closes its
+// connections and, for a Client from NewClient, stops discovery. Calls
+// made after Close began return ErrClosed, and send nothing: unlike
+// gomemcache's Client, which may still be used after its Close (which
+// only closes its idle connections). It is idempotent and returns nil.
 func (c *Client) Close() error {
-	if !c.closed.Swap(true) {
+	// The calls in flight clean up after their writes with the Client's
+	// goroutines and context, stopped below.
+	if c.calls.close() {
+		c.closed.Store(true)
 		if c.pool != nil {
 			c.pool.close()
 		}

@@ -15,6 +15,10 @@ import (
 // returns the items found and the last error of a batch.
 func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[string]*memcache.Item, opErr error) {
 	defer c.doneMulti(c.begin(), keys, &items, &opErr)
+	if err := c.admit(ctx); err != nil {
+		return nil, err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.getMulti(keys)
 	}
@@ -45,7 +49,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 				if found == nil {
 					found = map[string]*memcache.Item{}
 				}
-				return found, ErrNoServers
+				return found, c.noServers()
 			}
 			owner[i] = s
 			bs = addTo(bs, s, i)

@@ -47,6 +47,7 @@ func (c *Client) observe(s *server, f failure, err error) {
 // TKO, as many servers are out softly as the cap allows, and starts probing
 // it.
 func (c *Client) takeOut(s *server, soft bool, err error) {
+	c.outBecause(err)
 	if c.markDown(s, soft) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
 		c.reportHealth(s, ServerOut, "", err)

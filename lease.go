@@ -116,6 +116,13 @@ func cmp0(d, def time.Duration) time.Duration {
 // waits opt.Wait for a load that never comes.
 func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGetOrLoad, c.begin(), &opErr)
+	if load == nil {
+		return nil, errNilLoad
+	}
+	if err := c.admit(ctx); err != nil {
+		return nil, err
+	}
+	defer c.calls.leave()
 	if !legalKey(key) {
 		return nil, memcache.ErrMalformedKey
 	}
@@ -381,6 +388,10 @@ func (c *Client) holdFor(ctx context.Context, key string, opt LoadOptions) (leas
 // ErrCacheMiss only if key was found nowhere it can be.
 func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error) {
 	defer c.done(OpInvalidate, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.invalidate(ctx, key)
 	}

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -20,7 +21,7 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		rt := c.rt.Load()
 		s, newStandIn := rt.ownerNow(h)
 		if s == nil {
-			return nil, ErrNoServers
+			return nil, c.noServers()
 		}
 		err = nil
 		if newStandIn && r.kind.inPlace() { // an old value there would leak into the result
@@ -54,6 +55,24 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 	}
 }
 
+// noServers is ErrNoServers for a request that found no server up: with
+// the failure that took the last one out, if the Client has members, so
+// that the caller sees why (a wrong port, a certificate not trusted) and
+// not only the first time.
+func (c *Client) noServers() error {
+	if p := c.cause.Load(); p != nil && c.rt.Load().base != nil {
+		return fmt.Errorf("%w: %w", ErrNoServers, *p)
+	}
+	return ErrNoServers
+}
+
+// outBecause records err as the failure that takes a server out (see
+// noServers).
+func (c *Client) outBecause(err error) {
+	err = appError(err)
+	c.cause.Store(&err)
+}
+
 // write runs r, a write or delete, on its key's server, and then the
 // cleanup (see afterWrite). It reports whether the cleanup deleted the key
 // somewhere.
@@ -72,6 +91,10 @@ func (c *Client) write(r *keyOp) (bool, error) {
 // and a miss at a key that moved is handed off (see Client).
 func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGet, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return nil, err
+	}
+	defer c.calls.leave()
 	it, err := c.getItem(ctx, key, false)
 	if it != nil {
 		it.Expiration = 0 // as gomemcache's Get
@@ -94,6 +117,10 @@ func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.I
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
 func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration int32) (_ *memcache.Item, opErr error) {
 	defer c.done(OpGetAndTouch, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return nil, err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		it, err := c.pool.get(key, func(g *Client) (*memcache.Item, error) {
 			it, err := g.GetAndTouchContext(ctx, key, expiration)
@@ -131,20 +158,28 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 }
 
 // TouchContext sets the expiration of key, as memcache.Client.Touch, at its server.
-// A key that moved is handed off first.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (opErr error) {
 	defer c.done(OpTouch, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.all(key, func(g *Client) error { return g.TouchContext(ctx, key, seconds) })
 	}
 	r := keyOp{ctx: ctx, kind: opTouch, key: key, exp: seconds}
-	return c.change(&r)
+	_, err := c.write(&r)
+	return err
 }
 
 // SetContext writes item, as memcache.Client.Set. It is retried when its server
 // fails before it is sent, or its connection breaks.
 func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpSet, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.all(item.Key, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
@@ -153,34 +188,44 @@ func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr err
 	return err
 }
 
-// AddContext writes item if its key holds no value, as memcache.Client.Add. A
-// key that moved is handed off first, so that a value where it was counts.
+// AddContext writes item if its key holds no value, as memcache.Client.Add.
 func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpAdd, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.AddContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
 	r := keyOp{ctx: ctx, kind: opAdd, key: item.Key, item: item}
-	c.handoffFirst(&r) // the key may hold a value where it was
 	_, err := c.write(&r)
 	return err
 }
 
 // ReplaceContext writes item if its key holds a value, as memcache.Client.Replace.
-// A key that moved is handed off first.
 func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpReplace, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.ReplaceContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
 	r := keyOp{ctx: ctx, kind: opReplace, key: item.Key, item: item}
-	return c.change(&r)
+	_, err := c.write(&r)
+	return err
 }
 
 // AppendContext appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
 func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpAppend, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.AppendContext(ctx, item) }, func(g *Client) error { return g.DeleteContext(ctx, item.Key) })
 	}
@@ -192,6 +237,10 @@ func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr 
 // key that moved is handed off first.
 func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpPrepend, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.primary(item.Key, func(g *Client) error { return g.PrependContext(ctx, item) }, func(g *Client) error { return g.DeleteContext(ctx, item.Key) })
 	}
@@ -203,6 +252,10 @@ func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr
 // was read, as memcache.Client.CompareAndSwap.
 func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpCompareAndSwap, c.begin(), &opErr)
+	if err := c.admitItem(ctx, item); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return ErrPoolCAS
 	}
@@ -218,6 +271,10 @@ func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item)
 // be.
 func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 	defer c.done(OpDelete, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.delete(key)
 	}
@@ -249,6 +306,10 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 // that moved is handed off first.
 func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
 	defer c.done(OpIncrement, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return 0, err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.IncrementContext(ctx, key, delta) })
 	}
@@ -261,6 +322,10 @@ func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64)
 // A key that moved is handed off first.
 func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
 	defer c.done(OpDecrement, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return 0, err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.counter(key, func(g *Client) (uint64, error) { return g.DecrementContext(ctx, key, delta) })
 	}

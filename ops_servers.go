@@ -20,6 +20,10 @@ func (c *Client) each(op func(wire) error) error {
 // returns the first error; servers out for this client are pinged too.
 func (c *Client) PingContext(ctx context.Context) (opErr error) {
 	defer c.done(OpPing, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		return c.pool.each(func(g *Client) error { return g.PingContext(ctx) })
 	}
@@ -33,6 +37,10 @@ func (c *Client) PingContext(ctx context.Context) (opErr error) {
 // used (see invalLog), and no key is handed off from before it.
 func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
 	defer c.done(OpFlushAll, c.begin(), &opErr)
+	if err := c.admit(ctx); err != nil {
+		return err
+	}
+	defer c.calls.leave()
 	if c.pool != nil {
 		defer c.pool.copies.flush()()
 		return c.pool.each(func(g *Client) error { return g.FlushAllContext(ctx) })
