@@ -17,20 +17,19 @@ import (
 // value. Any other SERVER_ERROR (a proxy's, for a request to its backend
 // that timed out) may have landed, and is a failed write.
 func answered(err error) bool {
-	var se *meta.ServerError
 	var ce *meta.ClientError
-	switch {
-	case errors.As(err, &ce):
-		return true
-	case errors.As(err, &se):
+	return errors.As(err, &ce) || strings.HasPrefix(err.Error(), "memcache: client error: ") || refusedStore(err)
+}
+
+// refusedStore reports whether err is a SERVER_ERROR that says the value
+// was not stored, in either protocol's wording (the classic one's, as
+// gomemcache words it, has no error type).
+func refusedStore(err error) bool {
+	var se *meta.ServerError
+	if errors.As(err, &se) {
 		return notStored(se.Msg)
 	}
-	// The classic protocol's answers, as gomemcache words them (see
-	// classicWire): it has no error types for them.
 	msg := err.Error()
-	if strings.HasPrefix(msg, "memcache: client error: ") {
-		return true
-	}
 	_, reply, ok := strings.Cut(msg, `"SERVER_ERROR `)
 	return ok && strings.HasPrefix(msg, "memcache: unexpected response line from ") && notStored(reply)
 }

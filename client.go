@@ -59,8 +59,9 @@ type Client struct {
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
 	changed chan struct{}      // a change of members or health to apply
 
-	calls *calls                // the calls in flight, which Close waits for
-	cause atomic.Pointer[error] // the last failure that can take a server out (see noServers)
+	calls       *calls                // the calls in flight, which Close waits for
+	cause       atomic.Pointer[error] // the last failure that can take a server out (see noServers)
+	notCachedAt atomic.Int64          // when a value GetOrLoad could not cache was last logged (unix ns)
 
 	ctx    context.Context // ends on Close
 	cancel context.CancelFunc

@@ -348,6 +348,9 @@ func (c *Client) storeLoaded(ctx context.Context, kind opKind, it *memcache.Item
 	r := keyOp{ctx: ctx, kind: kind, key: it.Key, item: &cp}
 	h := c.hash(it.Key)
 	s, err := c.do(h, &r)
+	if s != nil && err != nil && refusedStore(err) {
+		c.notCached(ctx, s, it.Key, len(it.Value))
+	}
 	c.afterWrite(h, it.Key, s, err)
 	return err
 }

@@ -46,6 +46,10 @@ type Metrics interface {
 	Ring(RingEvent)
 	// Discovery reports the state of a ServerList's list and watch.
 	Discovery(DiscoveryEvent)
+	// NotCached reports a value that GetOrLoad loaded and returned but
+	// could not cache: its server refused it, as larger than the largest
+	// item it stores (memcached's -I), or for want of memory.
+	NotCached(NotCachedEvent)
 }
 
 // NopMetrics implements Metrics with methods that do nothing. Embed it in
@@ -60,6 +64,7 @@ func (NopMetrics) Invalidation(InvalidationEvent) {}
 func (NopMetrics) Handoff(HandoffEvent)           {}
 func (NopMetrics) Ring(RingEvent)                 {}
 func (NopMetrics) Discovery(DiscoveryEvent)       {}
+func (NopMetrics) NotCached(NotCachedEvent)       {}
 
 // WithMetrics makes a Client, or a ServerList from NewServerList, report
 // to m (see Metrics). NewClient's ServerList reports to m too; a Client
@@ -237,4 +242,10 @@ type DiscoveryEvent struct {
 	Service string // "namespace/name"
 	Kind    DiscoveryKind
 	Err     error // for DiscoveryError; an *APIError when the API server answered with one
+}
+
+// NotCachedEvent is a value that GetOrLoad loaded and its server refused.
+type NotCachedEvent struct {
+	Addr string // the server's address, host:port
+	Size int    // the value's length, in bytes
 }

@@ -185,6 +185,22 @@ const restartSlack = 2
 // come from memcached's clock, which ticks once a second and lags after the
 // process was stopped (SIGSTOP); their difference does not move.
 func serverStart(ctx context.Context, s *server, cc connConfig) (start int64, err error) {
+	st, err := serverStats(ctx, s, cc, "stats")
+	if err != nil {
+		return 0, err
+	}
+	now, err1 := strconv.ParseInt(st["time"], 10, 64)
+	uptime, err2 := strconv.ParseInt(st["uptime"], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("stats without time and uptime")
+	}
+	return now - uptime, nil
+}
+
+// serverStats sends s cmd, one of memcached's stats commands, on a
+// connection of its own (either protocol's servers answer it), and returns
+// the stats it answered, by name.
+func serverStats(ctx context.Context, s *server, cc connConfig, cmd string) (map[string]string, error) {
 	dial := cc.dial
 	if dial == nil {
 		d := &net.Dialer{}
@@ -194,42 +210,31 @@ func serverStart(ctx context.Context, s *server, cc connConfig) (start int64, er
 	defer cancel()
 	conn, err := dial(ctx, s.addr.Network(), s.addr.String())
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	if _, err := conn.Write([]byte("stats\r\n")); err != nil {
-		return 0, err
+	if _, err := conn.Write([]byte(cmd + "\r\n")); err != nil {
+		return nil, err
 	}
 	// A hostile or broken server is bounded: 64 KiB of reply at most.
 	r := bufio.NewReader(&limitedReader{r: conn, n: 64 << 10})
-	var now, uptime int64 = -1, -1
+	st := map[string]string{}
 	for {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return 0, fmt.Errorf("reading stats: %w", err)
+			return nil, fmt.Errorf("reading %s: %w", cmd, err)
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		if bytes.Equal(line, []byte("END")) {
-			break
+			return st, nil
 		}
-		f := bytes.Fields(line)
-		if len(f) != 3 || string(f[0]) != "STAT" {
-			continue
-		}
-		switch string(f[1]) {
-		case "time":
-			now, _ = strconv.ParseInt(string(f[2]), 10, 64)
-		case "uptime":
-			uptime, _ = strconv.ParseInt(string(f[2]), 10, 64)
+		if f := bytes.Fields(line); len(f) == 3 && string(f[0]) == "STAT" {
+			st[string(f[1])] = string(f[2])
 		}
 	}
-	if now < 0 || uptime < 0 {
-		return 0, errors.New("stats without time and uptime")
-	}
-	return now - uptime, nil
 }
 
 // limitedReader is io.LimitReader with an error at the limit, so that an
