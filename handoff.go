@@ -193,19 +193,29 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 // before its check. Over the classic protocol, which has no placeholders,
 // the copy is added, checked and undone (see addCopy).
 //
-// Where s has the key already, it is not deleted at p: s's value is a
-// write's, which deletes at p itself, or another copy's, whose check of p
-// would take that delete for a racing Delete and undo the copy. Where s
-// failed, p keeps the key for the next read.
+// Where s has the key already, a read does not delete it at p: s's value
+// is a write's, which deletes at p itself, or another copy's, whose check
+// of p would take that delete for a racing Delete and undo the copy. A
+// move, which runs after such copies fill (s's value is present, not a
+// placeholder), deletes p's if unchanged: no server keeps a key it does
+// not own. Where s failed, p keeps the key for the next read.
 func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
 	cp := c.copyOf(s, it)
 	var present *memcache.Item
 	var stub uint64
 	var reserved bool
-	err := s.call(func(w wire) (err error) {
-		present, stub, reserved, err = w.Reserve(ctx, it.Key, c.reserveTTL())
-		return
-	})
+	reserve := func() error {
+		return s.call(func(w wire) (err error) {
+			present, stub, reserved, err = w.Reserve(ctx, it.Key, c.reserveTTL())
+			return
+		})
+	}
+	err := reserve()
+	if err == nil && present != nil && cause == HandoffMove && !c.servable(s, it.Key, c.hash(it.Key), present.CasID) {
+		// An old value of s's, from before it gained the key's slot,
+		// which servable deleted (a read at s would have): reserve again.
+		err = reserve()
+	}
 	switch {
 	case errors.Is(err, errNoReserve):
 		return c.addCopy(ctx, s, p, it, &cp, st, cause)
@@ -213,6 +223,13 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it), false
 	case present != nil:
+		if cause == HandoffMove {
+			// s's value is newer than p's: a write's, or a copy's filled
+			// already. p's is read no more: delete it, unless it changed
+			// since, so that no server keeps a key it does not own for a
+			// Client that never saw the change to read after a move back.
+			p.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, it.CasID) })
+		}
 		c.reportHandoff(p, s, cause, HandoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present), true
