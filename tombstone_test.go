@@ -1,7 +1,13 @@
 package selector
 
 import (
+	"bufio"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
@@ -47,5 +53,59 @@ func TestDeleteByANewClientHolds(t *testing.T) {
 				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s, deleted, came back for the client that deleted it", k)
 			}
 		})
+	}
+}
+
+// BenchmarkDeleteTombstone measures what a tombstone costs a Delete: a
+// Client in its handoff window from its start (young) against one past it,
+// over one real memcached, sequential requests; and the memory the
+// tombstones take there (bytes a tombstone, from memcached's stats).
+func BenchmarkDeleteTombstone(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		young bool
+	}{{"past-window", false}, {"young", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ms := startMemcached(b, 1)
+			ss := new(ServerList)
+			require.NoError(b, ss.SetServers(ms[0].addr))
+			c, err := NewClientFromList(ss, WithMoves(Moves{Rate: -1}))
+			require.NoError(b, err)
+			defer c.Close()
+			if !tc.young {
+				c.tombs.born = time.Now().Add(-2 * c.tombs.window)
+			}
+			before := statOf(b, ms[0].addr, "bytes")
+			b.ResetTimer()
+			for i := range b.N {
+				c.Delete(fmt.Sprint("tomb-", i))
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(statOf(b, ms[0].addr, "bytes")-before)/float64(b.N), "server-bytes/op")
+		})
+	}
+}
+
+// statOf returns a numeric stat of the memcached at addr.
+func statOf(tb testing.TB, addr, name string) int64 {
+	tb.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(tb, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	_, err = conn.Write([]byte("stats\r\n"))
+	require.NoError(tb, err)
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(tb, err)
+		if strings.HasPrefix(line, "END") {
+			tb.Fatalf("no stat %s", name)
+		}
+		if f := strings.Fields(line); len(f) == 3 && f[1] == name {
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			require.NoError(tb, err)
+			return n
+		}
 	}
 }
