@@ -16,9 +16,10 @@ const (
 	opArith
 	opNoop
 	opBatch // quiet mg per key, then mn
+	opStats // stats settings (see stats.go)
 )
 
-var opNames = [...]string{"?", "mg", "ms", "md", "ma", "mn", "mg batch"}
+var opNames = [...]string{"?", "mg", "ms", "md", "ma", "mn", "mg batch", "stats settings"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -141,6 +142,8 @@ func (cl *call) encode(dst []byte) []byte {
 		dst, _ = AppendArith(dst, cl.key, cl.arith)
 	case opNoop:
 		dst = AppendNoop(dst)
+	case opStats:
+		dst = append(dst, "stats settings\r\n"...)
 	case opBatch:
 		o := cl.get
 		o.Quiet = true

@@ -25,8 +25,11 @@ type Options struct {
 	// connection is closed and every pending request fails with an error
 	// wrapping os.ErrDeadlineExceeded (and ErrConnClosed).
 	Timeout time.Duration
-	// MaxValueSize bounds a value read; 0 means DefaultMaxValueSize. A
-	// larger value is a protocol error that closes the connection.
+	// MaxValueSize bounds a value read; 0 means DefaultMaxValueSize, and
+	// it is at most MaxItemSize. A larger value fails its request with an
+	// error wrapping ErrTooLarge; its bytes are read and dropped, and the
+	// connection stays usable. Set it to the server's item_size_max (see
+	// [Conn.ItemSizeMax]) to read every value the server stores.
 	MaxValueSize int
 	// MaxConns is the most connections a Pool keeps; 0 means
 	// DefaultMaxConns. A Conn ignores it.
@@ -87,8 +90,8 @@ type Conn struct {
 	nc        net.Conn
 	br        *bufio.Reader
 	timeout   time.Duration
-	maxValue  int
-	interrupt func() // c.interruptLeader, made once: AfterFunc's argument
+	maxValue  *atomic.Int64 // the bound on a value read: the Conn's, or its Pool's
+	interrupt func()        // c.interruptLeader, made once: AfterFunc's argument
 
 	outstanding atomic.Int32 // requests queued and not yet answered
 	failed      atomic.Bool
@@ -116,18 +119,34 @@ type Conn struct {
 
 // NewConn starts a Conn over nc, which it owns: Close closes nc.
 func NewConn(nc net.Conn, o Options) *Conn {
+	bound := new(atomic.Int64)
+	bound.Store(valueBound(o.MaxValueSize))
+	return newConn(nc, o, bound)
+}
+
+func newConn(nc net.Conn, o Options, maxValue *atomic.Int64) *Conn {
 	c := &Conn{
 		nc:       nc,
 		br:       bufio.NewReaderSize(nc, MaxLineLen),
 		timeout:  o.timeout(),
-		maxValue: o.MaxValueSize,
+		maxValue: maxValue,
 	}
 	c.interrupt = c.interruptLeader
-	if c.maxValue <= 0 {
-		c.maxValue = DefaultMaxValueSize
-	}
 	return c
 }
+
+// valueBound is the bound on a value read that Options.MaxValueSize n
+// means.
+func valueBound(n int) int64 {
+	if n <= 0 {
+		return DefaultMaxValueSize
+	}
+	return int64(min(n, MaxItemSize))
+}
+
+// SetMaxValueSize sets the bound on the values read from now on, as
+// Options.MaxValueSize does.
+func (c *Conn) SetMaxValueSize(n int) { c.maxValue.Store(valueBound(n)) }
 
 // Close closes the connection and fails every pending request with an
 // error wrapping ErrConnClosed; a caller reading a reply returns with it

@@ -11,8 +11,9 @@
 // ([CheckKey]). [ReadReply] parses one reply from a *bufio.Reader into a
 // caller's [Reply]: its status (HD, VA, EN, NF, NS, EX, MN), its return
 // flags (t, f, c, s, k, O, W, X, Z), and its value, for which it
-// allocates at most the value's size, never more than the bound given;
-// lines are bounded by [MaxLineLen].
+// allocates at most the value's size, as its bytes arrive; a value over
+// the bound given is read and dropped ([ErrTooLarge]), and lines are
+// bounded by [MaxLineLen].
 //
 // # Conn and Pool
 //
@@ -22,7 +23,9 @@
 // of its own; see [Conn] for cancellation and timeouts. A [Pool]
 // dials up to MaxConns of them lazily through a caller's dial function
 // and sends each request to the least loaded. A single Get that hits
-// allocates its value and nothing else.
+// allocates its value and nothing else. ItemSizeMax asks the server for
+// its item size limit (memcached's -I), which SetMaxValueSize makes the
+// bound on the values read.
 //
 // # Errors
 //
@@ -30,9 +33,10 @@
 // [ErrNotStored] (NS), [ErrExists] (EX), [ErrNotFound] (NF). The server's
 // error replies are typed: [*ServerError] (SERVER_ERROR, e.g. out of
 // memory or a value too large) and [*ClientError] (CLIENT_ERROR), after
-// which the connection stays usable, and [ErrUnknownCommand] (ERROR),
-// after which it is closed; a server that answers mn with ERROR predates
-// the meta protocol ([ErrNoMeta]). A malformed reply wraps [ErrProtocol].
+// which the connection stays usable, as it does after [ErrTooLarge] (a
+// value over the reader's bound, read and dropped); after
+// [ErrUnknownCommand] (ERROR) it is closed, and a server that answers mn
+// with ERROR predates the meta protocol ([ErrNoMeta]). A malformed reply wraps [ErrProtocol].
 // A request on a connection that failed or was closed fails with an
 // error wrapping [ErrConnClosed] and the cause: a transport error, a
 // protocol error, or, for the connection's timeout,

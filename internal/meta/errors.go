@@ -41,6 +41,12 @@ var (
 	// ErrQuiet: a single request asked for quiet mode (q), whose reply
 	// may never come; quiet requests are only sent by batches ended by mn.
 	ErrQuiet = errors.New("meta: quiet (q) requests are only sent in batches")
+
+	// ErrTooLarge: a reply carried a value larger than the reader's bound
+	// (see Options.MaxValueSize). Its bytes were read and dropped, so the
+	// connection stays in step and usable; only the request that asked
+	// for the value fails.
+	ErrTooLarge = errors.New("meta: value larger than the bound")
 )
 
 // ServerError is a SERVER_ERROR reply: the server could not carry out the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 
 // FuzzReply feeds arbitrary bytes to ReadReply, reply after reply: it must
 // never panic, never return a value longer than the bound, and every
-// reply it accepts must come back the same once encoded and parsed again.
+// reply it accepts must come back the same once encoded and parsed again;
+// one over the bound is read past, with no value.
 func FuzzReply(f *testing.F) {
 	for _, s := range []string{
 		// Replies seen from memcached 1.6.18 (see meta.md).
@@ -42,6 +44,10 @@ func FuzzReply(f *testing.F) {
 		"VA 2\r\nhiXX",
 		"HD tx c-1 f99999999999\r\n",
 		"VA 64\r\n0123456789012345678901234567890123456789012345678901234567890123\r\n",
+		// Over the bound: read past, in step.
+		"VA 65 O2\r\n01234567890123456789012345678901234567890123456789012345678901234\r\nHD\r\n",
+		"VA 100\r\nshort",
+		"VA 1073741825\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -57,7 +63,10 @@ func FuzzReply(f *testing.F) {
 			if err != nil {
 				var se *ServerError
 				var ce *ClientError
-				if errors.As(err, &se) || errors.As(err, &ce) || errors.Is(err, ErrUnknownCommand) {
+				if errors.Is(err, ErrTooLarge) && (len(rep.Value) != 0 || rep.Status != StatusVA) {
+					t.Fatalf("%q: a value over the bound read as %+v", data, rep)
+				}
+				if errors.As(err, &se) || errors.As(err, &ce) || errors.Is(err, ErrUnknownCommand) || errors.Is(err, ErrTooLarge) {
 					continue // the stream stays in step after these
 				}
 				return
@@ -80,6 +89,34 @@ func sameReply(a, b *Reply) bool {
 		a.Size == b.Size && bytes.Equal(a.Key, b.Key) && a.Opaque == b.Opaque
 }
 
+// FuzzStat feeds arbitrary bytes to readStat: it must never panic, and
+// reads at most maxStatLines lines.
+func FuzzStat(f *testing.F) {
+	for _, s := range []string{
+		"STAT maxbytes 67108864\r\nSTAT item_size_max 4194304\r\nEND\r\n",
+		"STAT item_size_max 1048576\nEND\n",
+		"END\r\n",
+		"ERROR\r\n",
+		"SERVER_ERROR busy\r\n",
+		"STAT item_size_max 99999999999999999999999\r\nEND\r\n",
+		"STAT item_size_max\r\nEND\r\n",
+		"HD\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		br := bufio.NewReaderSize(r, 256)
+		n, err := readStat(br, "item_size_max")
+		if err == nil && n < 0 {
+			t.Fatalf("%q: item_size_max %d", data, n)
+		}
+		if read := len(data) - r.Len() - br.Buffered(); bytes.Count(data[:read], []byte("\n")) > maxStatLines {
+			t.Fatalf("%q: read %d lines", data, bytes.Count(data[:read], []byte("\n")))
+		}
+	})
+}
+
 // FuzzConn answers a Conn's requests with arbitrary bytes: every request
 // must return (no hang, no panic), values stay within the bound, and
 // Close leaves no goroutine behind.
@@ -93,6 +130,7 @@ func FuzzConn(f *testing.F) {
 		"VA 5 O1\r\nhi",
 		"HD O7\r\n",
 		"MN\r\nMN\r\nMN\r\n",
+		"VA 100 O1\r\n" + strings.Repeat("v", 100) + "\r\nHD O2\r\nMN\r\n",
 	} {
 		f.Add([]byte(s))
 	}

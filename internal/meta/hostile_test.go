@@ -24,7 +24,10 @@ func TestHostileReplies(t *testing.T) {
 		closed   bool   // whether the connection is closed after
 	}{
 		{"oversized line", "HD " + strings.Repeat("x", 3*MaxLineLen) + "\r\n", ErrProtocol, "reply line longer than 8192 bytes", true},
-		{"oversized value size", "VA 999999999999\r\n", ErrProtocol, "value of 999999999999 bytes exceeds the limit", true},
+		{"oversized value size", "VA 999999999999\r\n", ErrProtocol, "value of 999999999999 bytes exceeds memcached's largest item size", true},
+		{"value over the bound", "VA 3000000\r\n" + strings.Repeat("v", 3000000) + "\r\n", ErrTooLarge, "a value of 3000000 bytes, over the bound of 1049088", false},
+		{"value over the bound, another opaque", "VA 3000000 O9\r\n" + strings.Repeat("v", 3000000) + "\r\n", ErrProtocol, "reply with opaque 9 to mg \"k\" sent with opaque 1", true},
+		{"value over the bound without crlf", "VA 3000000 O1\r\n" + strings.Repeat("v", 3000000) + "XX", ErrProtocol, "value of 3000000 bytes not followed by \\r\\n", true},
 		{"value without crlf", "VA 2\r\nhiXX", ErrProtocol, "value of 2 bytes not followed by \\r\\n", true},
 		{"garbage", "\x16\x03\x01 tls hello?\r\n", ErrProtocol, "unknown reply status", true},
 		{"classic protocol", "VALUE k 0 2\r\nhi\r\nEND\r\n", ErrProtocol, "unknown reply status", true},
@@ -39,11 +42,12 @@ func TestHostileReplies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkGoroutines(t)
+			reply := []byte(tt.reply) // not counted below
 			s := startFake(t, func(nc net.Conn, br *bufio.Reader) {
 				if _, err := readRequest(br); err != nil {
 					return
 				}
-				nc.Write([]byte(tt.reply))
+				nc.Write(reply)
 				// Then a sane server, for the connections that survive.
 				for {
 					line, err := readRequest(br)

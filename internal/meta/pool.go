@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultMaxConns is a Pool's default connection limit. Each connection
@@ -25,9 +26,10 @@ const DefaultMaxConns = 2
 //
 // The zero Pool is not usable; call [NewPool].
 type Pool struct {
-	dial func(ctx context.Context) (net.Conn, error)
-	opts Options
-	max  int
+	dial     func(ctx context.Context) (net.Conn, error)
+	opts     Options
+	max      int
+	maxValue atomic.Int64 // the bound on a value read, shared by the connections
 
 	mu       sync.Mutex
 	conns    []*Conn
@@ -44,8 +46,16 @@ func NewPool(dial func(ctx context.Context) (net.Conn, error), o Options) *Pool 
 	if p.max <= 0 {
 		p.max = DefaultMaxConns
 	}
+	p.maxValue.Store(valueBound(o.MaxValueSize))
 	return p
 }
+
+// Options returns the Options p was made with.
+func (p *Pool) Options() Options { return p.opts }
+
+// SetMaxValueSize sets the bound on the values read, on every connection,
+// from now on, as Options.MaxValueSize does.
+func (p *Pool) SetMaxValueSize(n int) { p.maxValue.Store(valueBound(n)) }
 
 // Close closes every connection, failing their pending requests, and
 // makes later requests fail with ErrConnClosed. It is idempotent.
@@ -163,7 +173,7 @@ func (p *Pool) dialLocked(ctx context.Context, fallback *Conn) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("meta: dial: %w", err)
 	}
-	c := NewConn(nc, p.opts)
+	c := newConn(nc, p.opts, &p.maxValue)
 	if p.closed {
 		p.mu.Unlock()
 		c.Close()
@@ -230,6 +240,15 @@ func (p *Pool) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[s
 		return nil, err
 	}
 	return c.GetMulti(ctx, keys, o)
+}
+
+// ItemSizeMax is [Conn.ItemSizeMax] on one of p's connections.
+func (p *Pool) ItemSizeMax(ctx context.Context) (int, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return c.ItemSizeMax(ctx)
 }
 
 // Noop is [Conn.Noop] on one of p's connections.

@@ -209,13 +209,23 @@ func (c *Conn) interruptLeader() {
 // A reply error the server answered (SERVER_ERROR) goes to cl.err; an
 // error after which the stream cannot be trusted is returned.
 func (c *Conn) readCall(cl *call) error {
-	if cl.batch != nil {
+	switch {
+	case cl.batch != nil:
 		return c.readBatch(cl)
+	case cl.op == opStats:
+		return c.readStats(cl)
 	}
-	err := ReadReply(c.br, &cl.rep, c.maxValue)
+	err := ReadReply(c.br, &cl.rep, int(c.maxValue.Load()))
 	switch {
 	case err == nil:
 		return c.check(cl)
+	case errors.Is(err, ErrTooLarge):
+		// Read past, with the stream in step if the reply is cl's.
+		if ferr := c.check(cl); ferr != nil {
+			return ferr
+		}
+		cl.err = err
+		return nil
 	case isServerError(err) || isClientError(err):
 		// memcached answers these per command and stays in step: after a
 		// refused ms it swallows the value (proto_text.c, conn_swallow).
@@ -263,11 +273,15 @@ func (c *Conn) check(cl *call) error {
 // readBatch reads the replies of a GetMulti batch, hits only, up to MN.
 func (c *Conn) readBatch(cl *call) error {
 	b := cl.batch
+	maxValue := int(c.maxValue.Load())
 	for {
 		rep := &c.scratch
-		err := ReadReply(c.br, rep, c.maxValue)
+		err := ReadReply(c.br, rep, maxValue)
+		tooLarge := false
 		switch {
 		case err == nil:
+		case errors.Is(err, ErrTooLarge):
+			tooLarge = true // read past; its key is checked below
 		case isServerError(err) || isClientError(err):
 			if cl.err == nil {
 				cl.err = err
@@ -294,6 +308,12 @@ func (c *Conn) readBatch(cl *call) error {
 		}
 		if rep.Has&RetKey != 0 && string(rep.Key) != b.keys[i] {
 			return fmt.Errorf("%w: reply in a get batch for key %q with the opaque of key %q", ErrProtocol, trunc(rep.Key), b.keys[i])
+		}
+		if tooLarge {
+			if cl.err == nil {
+				cl.err = err
+			}
+			continue
 		}
 		has := rep.Has
 		rep.Has &^= RetKey // b.keys[i] is the key; no copy of it

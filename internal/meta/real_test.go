@@ -368,10 +368,14 @@ func TestRealLargeValues(t *testing.T) {
 	_, err = c.Get(ctx, "huge", GetOptions{Value: true})
 	require.ErrorIs(t, err, ErrMiss)
 
-	// A client bound below the server's: the value is refused unread and
-	// the connection closed.
+	// A client bound below the server's: the value is read past, its
+	// request fails, and the connection stays in step.
 	small := m.conn(t, Options{MaxValueSize: 1000})
 	_, err = small.Get(ctx, "large:4096", GetOptions{Value: true})
-	require.ErrorIs(t, err, ErrProtocol)
-	require.ErrorContains(t, err, "value of 4096 bytes exceeds the limit of 1000")
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorContains(t, err, "a value of 4096 bytes, over the bound of 1000")
+	require.NoError(t, small.Err())
+	it, err := small.Get(ctx, "large:1", GetOptions{Value: true})
+	require.NoError(t, err)
+	require.Len(t, it.Value, 1)
 }

@@ -17,9 +17,18 @@ const (
 	MaxLineLen = 8 << 10
 
 	// DefaultMaxValueSize is memcached's default item size limit (-I 1m)
-	// plus room for the item header: a value larger than this is refused
-	// as a protocol error before anything is allocated for it.
+	// plus room for the item header: the bound on a value read unless the
+	// caller sets another (see Options.MaxValueSize).
 	DefaultMaxValueSize = 1<<20 + 512
+
+	// MaxItemSize is the largest item memcached stores at all (-I 1024m).
+	// A value claimed larger than this is a protocol error, whatever the
+	// bound; a bound above it is lowered to it.
+	MaxItemSize = 1 << 30
+
+	// growFrom is the size from which a value is read into an array that
+	// grows with the bytes that come (see readValue).
+	growFrom = 1 << 20
 )
 
 // Status is a reply's status code.
@@ -88,9 +97,16 @@ func (r *Reply) AlreadyWon() bool { return r.Has&RetAlreadyWon != 0 }
 // ReadReply reads one reply from br into rep, overwriting it. The value of
 // a VA reply is read into rep.Value's array if its capacity suffices, into
 // a new array of exactly the value's size otherwise: set rep.Value to nil
-// first to keep a previous value. A value larger than maxValue (0 means
-// DefaultMaxValueSize) or a line longer than MaxLineLen or br's buffer is
-// an error wrapping ErrProtocol, and nothing is allocated for it.
+// first to keep a previous value. A new array for a value over 1 MiB grows
+// as its bytes arrive, so that memory follows the bytes a server sends,
+// not the size it claims.
+//
+// A value larger than maxValue (0 means DefaultMaxValueSize; at most
+// MaxItemSize) is read and dropped, nothing allocated for it, and the
+// error wraps ErrTooLarge: rep has the reply's status and flags, with no
+// value, and the stream stays in step. A size over MaxItemSize, a line
+// longer than MaxLineLen or br's buffer, or any malformed reply is an
+// error wrapping ErrProtocol.
 //
 // The server's error answers are returned as errors: [*ServerError],
 // [*ClientError], [ErrUnknownCommand]; the stream stays in step after them.
@@ -99,6 +115,7 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 	if maxValue <= 0 {
 		maxValue = DefaultMaxValueSize
 	}
+	maxValue = min(maxValue, MaxItemSize)
 	line, err := br.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull:
@@ -152,8 +169,8 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 		if !ok {
 			return fmt.Errorf("%w: garbled value size %q in %q", ErrProtocol, trunc(tok), trunc(line))
 		}
-		if n > uint64(maxValue) {
-			return fmt.Errorf("%w: value of %d bytes exceeds the limit of %d", ErrProtocol, n, maxValue)
+		if n > MaxItemSize {
+			return fmt.Errorf("%w: value of %d bytes exceeds memcached's largest item size, %d", ErrProtocol, n, MaxItemSize)
 		}
 		size = int(n)
 	}
@@ -172,11 +189,13 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 	}
 
 	// line points into br's buffer; it is not used past here.
-	if value == nil || cap(value) < size {
-		value = make([]byte, size)
+	tooLarge := size > maxValue
+	if tooLarge {
+		_, err = br.Discard(size)
+	} else {
+		value, err = readValue(br, value, size)
 	}
-	value = value[:size]
-	if _, err := io.ReadFull(br, value); err != nil {
+	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
@@ -190,8 +209,36 @@ func ReadReply(br *bufio.Reader, rep *Reply, maxValue int) error {
 	if cr != '\r' || lf != '\n' {
 		return fmt.Errorf("%w: value of %d bytes not followed by \\r\\n (got %q)", ErrProtocol, size, []byte{cr, lf})
 	}
+	if tooLarge {
+		return fmt.Errorf("%w: a value of %d bytes, over the bound of %d", ErrTooLarge, size, maxValue)
+	}
 	rep.Value = value
 	return nil
+}
+
+// readValue reads a value of size bytes from br into value's array if its
+// capacity suffices, else into a new array of exactly size bytes. A new
+// array over growFrom starts at growFrom and doubles as the bytes arrive:
+// a server that claims a large value and sends little costs little. (It
+// costs a large value about twice its size in allocations, which its
+// transfer dwarfs.)
+func readValue(br *bufio.Reader, value []byte, size int) ([]byte, error) {
+	if value != nil && cap(value) >= size {
+		value = value[:size]
+		_, err := io.ReadFull(br, value)
+		return value, err
+	}
+	value = make([]byte, min(size, growFrom))
+	for n := 0; ; {
+		m, err := io.ReadFull(br, value[n:])
+		n += m
+		if err != nil || n == size {
+			return value, err
+		}
+		grown := make([]byte, min(2*n, size))
+		copy(grown, value)
+		value = grown
+	}
 }
 
 // parseFlag parses one return flag token into rep. Flags this package
