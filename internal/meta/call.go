@@ -15,7 +15,7 @@ const (
 	opDelete
 	opArith
 	opNoop
-	opBatch // quiet mg per key, then mn
+	opBatch // quiet mg per key, an mn every batchMark keys, and mn
 	opStats // stats settings (see stats.go)
 )
 
@@ -148,6 +148,9 @@ func (cl *call) encode(dst []byte) []byte {
 		o := cl.get
 		o.Quiet = true
 		for i, k := range cl.batch.keys {
+			if i > 0 && i%batchMark == 0 {
+				dst = AppendNoop(dst)
+			}
 			o.Opaque = uint32(i + 1)
 			dst, _ = AppendGet(dst, k, o)
 		}
@@ -155,3 +158,12 @@ func (cl *call) encode(dst []byte) []byte {
 	}
 	return dst
 }
+
+// batchMark is how many keys of a batch go between two mn: a batch's
+// misses have no reply, so a large batch that misses would otherwise
+// show no sign of progress until its end (see readBatch).
+const batchMark = 1024
+
+// marks is the number of mn a batch of n keys is sent with, its last one
+// included.
+func marks(n int) int { return (n-1)/batchMark + 1 }

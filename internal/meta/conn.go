@@ -51,6 +51,10 @@ func (o Options) timeout() time.Duration {
 // progress becomes the writer and writes everything queued, its own
 // request and those that arrived meanwhile, in as few writes as it takes;
 // goroutines that find a writer at work queue their bytes and only wait.
+// A write over 64 KiB (a large batch or value) goes on in a goroutine of
+// its own while its caller reads: memcached stops reading requests once
+// its unread replies fill the socket buffers, so a writer that read
+// nothing until its write was done could wait for ever.
 //
 // Replies are read by the callers themselves, one at a time: the caller
 // that finds nobody reading becomes the reader (the leader), reads the
@@ -82,10 +86,10 @@ func (o Options) timeout() time.Duration {
 // wrapping ctx.Err(); its reply is still read, by whoever reads next, and
 // discarded, so the connection stays in step and usable. (One exception:
 // a goroutine that is writing the queued requests out returns once its
-// write is done, which Timeout bounds; a write blocks only if the server
-// stops reading.) A Conn that failed (timeout, transport error, malformed
-// reply) is closed and fails every request pending on it; it is not
-// reopened: [Pool] dials a new one.
+// write, at most 64 KiB, is done, which Timeout bounds; a write blocks
+// only if the server stops reading.) A Conn that failed (timeout,
+// transport error, malformed reply) is closed and fails every request
+// pending on it; it is not reopened: [Pool] dials a new one.
 type Conn struct {
 	nc        net.Conn
 	br        *bufio.Reader
@@ -237,8 +241,7 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 			runtime.Gosched()
 			c.mu.Lock()
 		}
-		c.flushLocked()
-		c.writing = false
+		c.flushLocked(true)
 	}
 	// Lead if nobody reads, unless the reply is in already: while this
 	// goroutine wrote, the leader may have read it and moved on.
@@ -273,15 +276,42 @@ func ctxError(o op, key string, err error) error {
 	return fmt.Errorf("meta: %s %q: %w", o, key, err)
 }
 
+// Writes: up to maxInlineWrite bytes are written by the goroutine that
+// queued them, which cannot block for long, since the socket buffers on
+// both sides hold more (Linux's defaults: 16 KiB to send, 128 KiB to
+// receive, and more as they grow); a larger write goes on in the
+// background (see flushLocked). Writes go out in pieces of writePiece,
+// each within the timeout.
+const (
+	maxInlineWrite = 64 << 10
+	writePiece     = 64 << 10
+)
+
+// flushBehind is flushLocked on a goroutine of its own, which ends when
+// the queue is written out or the connection fails (a write is bounded
+// by the timeout, and Close ends it).
+func (c *Conn) flushBehind() {
+	c.mu.Lock()
+	c.flushLocked(false)
+	c.mu.Unlock()
+}
+
 // flushLocked writes c.wbuf out, with c.mu held except during each
-// write, until nothing more is queued.
-func (c *Conn) flushLocked() {
+// write, until nothing more is queued; then the write role is free. If
+// inline, the caller is a request's goroutine, which goes on to read:
+// it leaves a write over maxInlineWrite to flushBehind, since such a
+// write may block until replies are read (memcached stops reading once
+// its replies fill the socket buffers, as a large GetMulti's hits do).
+func (c *Conn) flushLocked(inline bool) {
 	for len(c.wbuf) > 0 && c.err == nil {
+		if inline && len(c.wbuf) > maxInlineWrite {
+			go c.flushBehind() // which holds the write role on
+			return
+		}
 		buf := c.wbuf
 		c.wbuf = c.spare[:0]
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
-		_, err := c.nc.Write(buf)
+		err := c.write(buf)
 		c.mu.Lock()
 		if cap(buf) <= 64<<10 {
 			c.spare = buf[:0]
@@ -294,6 +324,21 @@ func (c *Conn) flushLocked() {
 			c.mu.Lock()
 		}
 	}
+	c.writing = false
+}
+
+// write writes buf in pieces, each due within the timeout: a long write
+// is fine as long as the server reads it.
+func (c *Conn) write(buf []byte) error {
+	for len(buf) > 0 {
+		n := min(len(buf), writePiece)
+		c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
+		if _, err := c.nc.Write(buf[:n]); err != nil {
+			return err
+		}
+		buf = buf[n:]
+	}
+	return nil
 }
 
 // deliver hands cl's outcome to its waiting caller, or recycles it if

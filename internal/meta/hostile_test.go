@@ -319,6 +319,7 @@ func TestHostileBatch(t *testing.T) {
 		{"key of another opaque", "VA 1 kk1 O1\r\nx\r\nMN\r\n", "for key \"k1\" with the opaque of key \"k0\""},
 		{"status of another command", "NS\r\nMN\r\n", "reply NS in a get batch"},
 		{"garbage", "hello\r\n", "unknown reply status"},
+		{"more hits than keys", "VA 1 kk0 O1\r\nx\r\nVA 1 kk0 O1\r\nx\r\nVA 1 kk0 O1\r\nx\r\nMN\r\n", "more replies than the 2 keys of a get batch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -270,11 +270,23 @@ func (c *Conn) check(cl *call) error {
 	return nil
 }
 
-// readBatch reads the replies of a GetMulti batch, hits only, up to MN.
+// readBatch reads the replies of a GetMulti batch, hits only, up to its
+// last MN. The timeout bounds the wait for each reply, MN included, not
+// for all: a large batch takes as long as its replies take to come.
 func (c *Conn) readBatch(cl *call) error {
 	b := cl.batch
 	maxValue := int(c.maxValue.Load())
-	for {
+	extended := time.Now()
+	mns := marks(len(b.keys)) // MNs still due
+	most := len(b.keys) + mns // replies: one a key at most, and the MNs
+	for n := 0; ; n++ {
+		if n == most {
+			return fmt.Errorf("%w: more replies than the %d keys of a get batch", ErrProtocol, len(b.keys))
+		}
+		if now := time.Now(); now.Sub(extended) > c.timeout/4 {
+			c.nc.SetReadDeadline(now.Add(c.timeout))
+			extended = now
+		}
 		rep := &c.scratch
 		err := ReadReply(c.br, rep, maxValue)
 		tooLarge := false
@@ -295,7 +307,10 @@ func (c *Conn) readBatch(cl *call) error {
 		}
 		switch rep.Status {
 		case StatusMN:
-			return nil
+			if mns--; mns == 0 {
+				return nil
+			}
+			continue
 		case StatusEN:
 			continue // not sent with q, but harmless
 		case StatusVA, StatusHD:
