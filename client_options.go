@@ -110,6 +110,21 @@ func WithMaxIdleConns(n int) ClientOption {
 	}}
 }
 
+// WithMaxItemSize bounds the values the Client reads, in bytes: a larger
+// value fails its own request, and the connection it came on stays in use.
+// 0, the default, means each server's own limit (memcached's -I, its
+// item_size_max), read at the first contact; 1 MiB until it is known, or
+// if the server does not say. At most 1 GiB, memcached's largest.
+func WithMaxItemSize(n int) ClientOption {
+	return clientOption{"WithMaxItemSize", func(c *clientOptions) error {
+		if n < 0 || n > 1<<30 {
+			return fmt.Errorf("want at most 1 GiB (1073741824), or 0 for each server's own limit, got %d", n)
+		}
+		c.conn.maxItem = n
+		return nil
+	}}
+}
+
 // WithDialContext makes the Client connect to memcached with dial, as
 // memcache.Client.DialContext: use a tls.Dialer's DialContext for memcached
 // with TLS. nil means the default, a net.Dialer's.

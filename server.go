@@ -77,6 +77,7 @@ func newServer(a *staticAddr, cc connConfig) *server {
 type connConfig struct {
 	timeout time.Duration
 	maxIdle int // connections kept per server
+	maxItem int // the bound on a value read (WithMaxItemSize); 0: each server's own
 	dial    func(ctx context.Context, network, address string) (net.Conn, error)
 	log     *slog.Logger
 }
@@ -109,7 +110,7 @@ func (s *server) wire() wire {
 		return s.classic
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	err := s.meta.Ping(ctx)
+	err := s.meta.contact(ctx)
 	cancel()
 	switch {
 	case err == nil:

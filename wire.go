@@ -48,7 +48,8 @@ type wire interface {
 	CloseIdle() // closes the idle connections; the wire stays usable
 }
 
-// metaWire is a wire over the meta protocol (see internal/meta).
+// metaWire is a wire over the meta protocol (see internal/meta). It is one
+// pointer, so that it is a wire without an allocation.
 type metaWire struct{ p *meta.Pool }
 
 func newMetaWire(a *staticAddr, cc connConfig) metaWire {
@@ -59,7 +60,26 @@ func newMetaWire(a *staticAddr, cc connConfig) metaWire {
 			return nil, &dialError{err}
 		}
 		return c, nil
-	}, meta.Options{Timeout: cc.timeout, MaxConns: cc.maxIdle})}
+	}, meta.Options{Timeout: cc.timeout, MaxConns: cc.maxIdle, MaxValueSize: cc.maxItem})}
+}
+
+// contact is the first contact with the server (see server.wire): mn tells
+// whether it speaks the meta protocol. If it does, its stats settings tell
+// the largest item it stores (memcached's -I, up to 1 GiB), which becomes
+// the bound on the values read from it, unless WithMaxItemSize set one: so
+// that every value it stores is read, and no larger one is allocated for.
+// A server that does not say keeps memcached's default bound, 1 MiB; a
+// larger value fails its own request only (meta.ErrTooLarge).
+func (w metaWire) contact(ctx context.Context) error {
+	if err := w.Ping(ctx); err != nil {
+		return err
+	}
+	if w.p.Options().MaxValueSize == 0 { // WithMaxItemSize did not set it
+		if n, err := w.p.ItemSizeMax(ctx); err == nil {
+			w.p.SetMaxValueSize(n)
+		}
+	}
+	return nil
 }
 
 var (
