@@ -158,6 +158,7 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 }
 
 // TouchContext sets the expiration of key, as memcache.Client.Touch, at its server.
+// A key that moved is handed off first.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (opErr error) {
 	defer c.done(OpTouch, c.begin(), &opErr)
 	if err := c.admit(ctx); err != nil {
@@ -168,8 +169,7 @@ func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (o
 		return c.pool.all(key, func(g *Client) error { return g.TouchContext(ctx, key, seconds) })
 	}
 	r := keyOp{ctx: ctx, kind: opTouch, key: key, exp: seconds}
-	_, err := c.write(&r)
-	return err
+	return c.change(&r)
 }
 
 // SetContext writes item, as memcache.Client.Set. It is retried when its server
@@ -188,7 +188,8 @@ func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr err
 	return err
 }
 
-// AddContext writes item if its key holds no value, as memcache.Client.Add.
+// AddContext writes item if its key holds no value, as memcache.Client.Add. A
+// key that moved is handed off first, so that a value where it was counts.
 func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpAdd, c.begin(), &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
@@ -199,11 +200,13 @@ func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr err
 		return c.pool.primary(item.Key, func(g *Client) error { return g.AddContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
 	r := keyOp{ctx: ctx, kind: opAdd, key: item.Key, item: item}
+	c.handoffFirst(&r) // the key may hold a value where it was
 	_, err := c.write(&r)
 	return err
 }
 
 // ReplaceContext writes item if its key holds a value, as memcache.Client.Replace.
+// A key that moved is handed off first.
 func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr error) {
 	defer c.done(OpReplace, c.begin(), &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
@@ -214,8 +217,7 @@ func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr
 		return c.pool.primary(item.Key, func(g *Client) error { return g.ReplaceContext(ctx, item) }, func(g *Client) error { return g.SetContext(ctx, item) })
 	}
 	r := keyOp{ctx: ctx, kind: opReplace, key: item.Key, item: item}
-	_, err := c.write(&r)
-	return err
+	return c.change(&r)
 }
 
 // AppendContext appends item's value to its key's, as memcache.Client.Append. A
