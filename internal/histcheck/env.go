@@ -1,10 +1,13 @@
 package histcheck
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	selector "github.com/kubecache/k8s-memcache-selector"
 )
 
@@ -58,6 +61,13 @@ type Env struct {
 
 	newTarget   func() (Target, func(), error)
 	closeTarget func()
+	closeNewer  func() // the client that joined, if one did (see Join)
+
+	control bool              // the target is gomemcache's client
+	still   map[string]string // the keys written once, never touched again, and their values (see WriteStill)
+	stillN  int
+	counts  []Count
+	app     *memcache.Client // another application on the same servers (see sharedServers)
 }
 
 // Remaining reports whether the schedule has time left for another round.
@@ -129,6 +139,17 @@ func (e *Env) SetMembers(idx ...int) error {
 	return nil
 }
 
+// Replace puts spare s in member m's place, in one change.
+func (e *Env) Replace(m, s int) error {
+	var ms []int
+	for _, i := range e.members {
+		if i != m {
+			ms = append(ms, i)
+		}
+	}
+	return e.SetMembers(append(ms, s)...)
+}
+
 // Add adds server i to the ring.
 func (e *Env) Add(i int) error { return e.SetMembers(append(append([]int(nil), e.members...), i)...) }
 
@@ -185,4 +206,200 @@ func (e *Env) Renew(change func() error) error {
 	})
 	e.Step("new client: %v", err)
 	return err
+}
+
+// Applied waits until the target routes by the members: a Client applies
+// a change of its ServerList in the background, which takes a while under
+// the race detector (0.3 to 2 s for a ring of 5 on 2 cores).
+func (e *Env) Applied() {
+	c, ok := e.d.t.(*selector.Client)
+	if !ok {
+		return // gomemcache's client reads the list on every request
+	}
+	want := map[string]bool{}
+	for _, m := range e.members {
+		want[e.Servers[m].Addr] = true
+	}
+	start := time.Now()
+	for time.Since(start) < 10*time.Second {
+		n := 0
+		for _, s := range c.Stats().Servers {
+			if want[s.Addr] != (s.State != "gone") {
+				n = -1
+				break
+			}
+			if want[s.Addr] {
+				n++
+			}
+		}
+		if n == len(want) {
+			e.Step("the target applied the change in %v", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		e.Sleep(5 * time.Millisecond)
+	}
+	e.Step("the target did not apply the change in 10s")
+}
+
+// Join makes change, with the workers quiesced, and then starts a second
+// client of the target's kind, which never saw the ring before (an
+// application pod started after the change): from then on, until Leave,
+// it makes the workload's Sets and Deletes, and the target, which saw the
+// change, the rest (reads, which hand keys off, and Increments). The
+// target applies the change first: until it does, it routes by the ring
+// before, and reads there what the new client deleted elsewhere, which no
+// client can help (discovery's lag).
+func (e *Env) Join(change func() error) error {
+	var err error
+	e.Pause(func() {
+		if err = change(); err != nil {
+			return
+		}
+		e.Applied()
+		var t Target
+		if t, e.closeNewer, err = e.newTarget(); err == nil {
+			e.d.newer = t
+		}
+	})
+	e.Step("new client joined: %v", err)
+	return err
+}
+
+// Leave closes the client that joined; the target makes every operation
+// again.
+func (e *Env) Leave() {
+	e.Pause(func() { e.d.newer = nil })
+	if e.closeNewer != nil {
+		e.closeNewer()
+		e.closeNewer = nil
+	}
+	e.Step("new client left")
+}
+
+// Delete deletes keys through t, one after another, recorded as the
+// workload's deletes are.
+func (e *Env) Delete(t Target, keys []string) {
+	for _, k := range keys {
+		phase := *e.d.phase.Load()
+		ev := Event{Kind: Delete, Op: "delete", Key: k, Counter: isCounter(k), Start: e.log.Now(), Phase: phase}
+		err := ignoreMiss(t.Delete(k))
+		ev.End, ev.OK, ev.Err = e.log.Now(), err == nil, errKind(err)
+		e.log.Add(ev)
+		e.st.count("delete", phase, err)
+	}
+	e.Step("deleted %d keys", len(keys))
+}
+
+// Count is how many of a set of keys that a schedule checked at the end
+// were as it wants them.
+type Count struct {
+	Name     string
+	Good, Of int
+	Floor    float64 // the share of Of below which the run fails; 0 asserts nothing
+}
+
+func (c Count) String() string {
+	s := fmt.Sprintf("%s: %d of %d (%.1f%%)", c.Name, c.Good, c.Of, 100*float64(c.Good)/float64(max(c.Of, 1)))
+	if c.Floor > 0 {
+		s += fmt.Sprintf(", floor %.1f%%", 100*c.Floor)
+	}
+	return s
+}
+
+// Failed reports whether the count is below its floor.
+func (c Count) Failed() bool { return float64(c.Good) < c.Floor*float64(c.Of) }
+
+// Count records a count for the report, and for judge.
+func (e *Env) Count(name string, good, of int, floor float64) {
+	e.counts = append(e.counts, Count{name, good, of, floor})
+	e.Step("%v", e.counts[len(e.counts)-1])
+}
+
+// clientFloor is floor for the Client, and nothing for the control, which
+// neither fails over nor moves keys: it may lose the keys that change
+// server.
+func (e *Env) clientFloor(floor float64) float64 {
+	if e.control {
+		return 0
+	}
+	return floor
+}
+
+// WriteStill writes n new keys through the target, once, with expiration
+// exp: the workload never touches them, so only the Client's moves keep
+// the ones whose server changes. It returns the keys; CheckStill reads
+// them all back.
+func (e *Env) WriteStill(n int, exp int32) []string {
+	if e.still == nil {
+		e.still = map[string]string{}
+	}
+	items := make([]*memcache.Item, n)
+	keys := make([]string, n)
+	for i := range items {
+		keys[i] = stillKey(e.stillN)
+		e.stillN++
+		v := e.d.value()
+		e.still[keys[i]] = v
+		items[i] = &memcache.Item{Key: keys[i], Value: []byte(v), Expiration: exp}
+	}
+	err := setAll(e.d.t, items)
+	e.Step("wrote %d untouched keys: %v", n, err)
+	return keys
+}
+
+// readAll reads keys through t, and returns the ones found.
+func readAll(t Target, keys []string) map[string]*memcache.Item {
+	found := map[string]*memcache.Item{}
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 100)]
+		keys = keys[len(batch):]
+		items, _ := t.GetMulti(batch) // what failed is not found
+		for k, it := range items {
+			found[k] = it
+		}
+	}
+	return found
+}
+
+// CheckStill reads back every key WriteStill wrote since the last check,
+// counts the ones found with their value, and returns them. It reads
+// through a new client of the target's kind, which has no past rings to
+// hand keys off from: a key is found where it is, at its server.
+func (e *Env) CheckStill(name string, floor float64) ([]string, error) {
+	keys := make([]string, 0, len(e.still))
+	for k := range e.still {
+		keys = append(keys, k)
+	}
+	t, closeT, err := e.newTarget()
+	if err != nil {
+		return nil, err
+	}
+	defer closeT()
+	var kept []string
+	for k, it := range readAll(t, keys) {
+		if string(it.Value) == e.still[k] {
+			kept = append(kept, k)
+		}
+	}
+	e.Count(name, len(kept), len(keys), floor)
+	e.still = nil
+	return kept, nil
+}
+
+// setAll sets items through t, a few at once, and returns the errors.
+func setAll(t interface{ Set(*memcache.Item) error }, items []*memcache.Item) error {
+	const setters = 8
+	errs := make([]error, setters)
+	var wg sync.WaitGroup
+	for s := range setters {
+		wg.Go(func() {
+			for i := s; i < len(items); i += setters {
+				if err := t.Set(items[i]); err != nil && errs[s] == nil {
+					errs[s] = fmt.Errorf("set %s: %w", items[i].Key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

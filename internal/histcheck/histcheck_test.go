@@ -111,4 +111,9 @@ func judge(t *testing.T, s Schedule, r *Report) {
 	case r.Target == Gomemcache && s.Control && n == 0:
 		t.Errorf("gomemcache served no stale read in %s, where it is expected to: the checker is blind", s.Name)
 	}
+	for _, c := range r.Counts {
+		if c.Failed() {
+			t.Errorf("kept %v", c)
+		}
+	}
 }

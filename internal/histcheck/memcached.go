@@ -182,3 +182,36 @@ func (m *Memcached) Close() {
 }
 
 func (m *Memcached) String() string { return "memcached " + m.Addr }
+
+// TTLs asks the process, by meta get (mg <key> t), for the seconds each
+// key has left: -1 for none; a key it does not hold is not in the map.
+func (m *Memcached) TTLs(keys []string) (map[string]int, error) {
+	c, err := net.DialTimeout("tcp", m.Addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	ttls := map[string]int{}
+	for _, k := range keys {
+		if _, err := fmt.Fprintf(c, "mg %s t\r\n", k); err != nil {
+			return nil, err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1 && f[0] == "EN":
+		case len(f) == 2 && f[0] == "HD" && strings.HasPrefix(f[1], "t"):
+			if ttls[k], err = strconv.Atoi(f[1][1:]); err != nil {
+				return nil, fmt.Errorf("mg %s: %q", k, line)
+			}
+		default:
+			return nil, fmt.Errorf("mg %s: %q", k, line)
+		}
+	}
+	return ttls, nil
+}

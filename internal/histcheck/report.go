@@ -23,8 +23,11 @@ type Report struct {
 	// how long writing the keys once took; Close how long the target's
 	// Close took at the end (the Client's replays may hold it).
 	Start, Fill, Close time.Duration
-	getReads           int // Get and GetMulti values asked for
-	getHits            int
+	// Counts are the keys the schedule checked at the end (see Env.Count).
+	Counts   []Count
+	Moves    string // the Client's MoveStats at the end
+	getReads int    // Get and GetMulti values asked for
+	getHits  int
 }
 
 func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
@@ -84,11 +87,15 @@ func (r *Report) HitRate() float64 {
 }
 
 // Summary is one line: schedule, target, operations, stale reads, errors,
-// hit rate.
+// hit rate, the keys kept of the ones the schedule checked.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("%-18s %-21s ops=%-7d stale=%-5d errors=%-5d hit=%5.1f%% unknown=%d seed=%d (%.1fs)",
+	var kept string
+	for _, c := range r.Counts {
+		kept += fmt.Sprintf(" kept=%d/%d", c.Good, c.Of)
+	}
+	return fmt.Sprintf("%-18s %-21s ops=%-7d stale=%-5d errors=%-5d hit=%5.1f%% unknown=%d%s seed=%d (%.1fs)",
 		r.Schedule, r.Target, r.TotalOps(), len(r.Result.Stale), r.TotalErrors(), 100*r.HitRate(),
-		r.Result.Unknown, r.Seed, r.Elapsed.Seconds())
+		r.Result.Unknown, kept, r.Seed, r.Elapsed.Seconds())
 }
 
 // String is the full report: the summary, operations by method, errors by
@@ -119,6 +126,12 @@ func (r *Report) String() string {
 		for _, s := range r.Result.Stale[:min(n, 5)] {
 			b.WriteString(FormatStale(s))
 		}
+	}
+	for _, c := range r.Counts {
+		b.WriteString("  kept " + c.String() + "\n")
+	}
+	if r.Moves != "" {
+		b.WriteString("  moves " + r.Moves + "\n")
 	}
 	for _, s := range r.Steps {
 		b.WriteString("  step " + s + "\n")

@@ -52,6 +52,9 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Params != nil {
+		s.Params(&cfg.Params)
+	}
 	p := cfg.Params
 	t0 := time.Now()
 	servers := make([]*Memcached, p.Members+p.Spares)
@@ -75,7 +78,8 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	seed := ScheduleSeed(cfg.Seed, s)
 	rec := NewRecorder()
 	list := new(selector.ServerList)
-	env := &Env{Rng: rand.New(rand.NewPCG(seed, 1)), Params: p, Servers: servers, list: list, log: rec.Log(), st: newOpStats()}
+	env := &Env{Rng: rand.New(rand.NewPCG(seed, 1)), Params: p, Servers: servers, list: list, log: rec.Log(), st: newOpStats(),
+		control: k == Gomemcache}
 	members := make([]int, p.Members)
 	for i := range members {
 		members[i] = i
@@ -83,16 +87,22 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	if err := env.SetMembers(members...); err != nil {
 		return nil, err
 	}
-	t, closeTarget, err := newTarget(k, list, cfg)
+	t, closeTarget, err := newTarget(k, list, cfg, s.Moves)
 	if err != nil {
 		return nil, err
 	}
 	env.closeTarget = closeTarget
-	env.newTarget = func() (Target, func(), error) { return newTarget(k, list, cfg) }
+	env.newTarget = func() (Target, func(), error) { return newTarget(k, list, cfg, s.Moves) }
 	closed := false
 	defer func() {
 		if !closed {
 			env.closeTarget()
+		}
+		if env.closeNewer != nil { // a schedule that failed midway
+			env.closeNewer()
+		}
+		if env.app != nil {
+			env.app.Close()
 		}
 	}()
 
@@ -128,6 +138,10 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	for _, m := range servers {
 		m.Cont() // a schedule that failed midway may leave one stopped
 	}
+	var moves string
+	if c, ok := env.d.t.(*selector.Client); ok {
+		moves = fmt.Sprintf("%+v", c.Stats().Moves)
+	}
 	t0 = time.Now()
 	env.closeTarget()
 	closed = true
@@ -138,12 +152,13 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	events := rec.Events()
 	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
 	r.Start, r.Fill, r.Close = startTime, fillTime, closeTime
+	r.Counts, r.Moves = env.counts, moves
 	return r, nil
 }
 
 // newTarget makes the client of kind k over list, with the run's
-// settings, and returns how to close it.
-func newTarget(k TargetKind, list *selector.ServerList, cfg Config) (Target, func(), error) {
+// settings and the schedule's moves, and returns how to close it.
+func newTarget(k TargetKind, list *selector.ServerList, cfg Config, moves selector.Moves) (Target, func(), error) {
 	p := cfg.Params
 	if k == Gomemcache {
 		mc := memcache.NewFromSelector(list)
@@ -161,6 +176,9 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config) (Target, fun
 		selector.WithMaxIdleConns(cfg.Workload.Workers),
 		selector.WithFailover(selector.Failover{Timeouts: p.Timeouts, ProbeFirst: p.ProbeFirst, ProbeMax: p.ProbeMax, MaxOut: p.MaxDown}),
 		selector.WithHandoff(selector.Handoff{Window: p.HandoffWindow, Expiration: p.HandoffTTL}),
+	}
+	if moves != (selector.Moves{}) {
+		opts = append(opts, selector.WithMoves(moves))
 	}
 	switch k {
 	case ClientSharded:

@@ -1,6 +1,10 @@
 package histcheck
 
-import "time"
+import (
+	"time"
+
+	selector "github.com/kubecache/k8s-memcache-selector"
+)
 
 // Schedule is a kind of fault, repeated in rounds at random (from the
 // run's seed) until the run's time is up. Each names its phases, so that
@@ -20,7 +24,11 @@ type Schedule struct {
 	// better (docs/consistency.md), and what closes the gap: its stale
 	// reads are reported, not failed.
 	Known string
-	Round func(e *Env) error
+	// Moves is the Client's WithMoves, if not the zero value.
+	Moves selector.Moves
+	// Params, if set, changes the run's Params for this schedule.
+	Params func(*Params)
+	Round  func(e *Env) error
 }
 
 // Schedules are the fault kinds, one a subtest.
@@ -40,6 +48,11 @@ var Schedules = []Schedule{
 		Known: "a client started after keys moved back to a server holding older values of them cannot tell those from current ones; closed when keys move with their slots (issue 20)"},
 	{Name: "flush", Round: flush},
 	{Name: "flush-departed", Control: true, Round: flushDeparted},
+	{Name: "new-client", Control: true, Params: movesParams, Round: newClient},
+	{Name: "flap-twice", Control: true, Params: movesParams, Round: flapTwice},
+	{Name: "shared-servers", Control: true, Params: movesParams, Round: sharedServers},
+	{Name: "shared-prefix", Control: true, Params: movesParams, Moves: selector.Moves{Prefix: keyPrefix}, Round: sharedServers},
+	{Name: "absolute-exp", Control: true, Params: movesParams, Round: absoluteExpirations},
 }
 
 // settle lets the client settle between faults: probes, returns, replays.

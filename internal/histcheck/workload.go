@@ -4,8 +4,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
@@ -28,6 +30,7 @@ var DefaultWorkload = Workload{Workers: 8, Keys: 200, CounterKeys: 40, ColdKeys:
 // driver is the state the workers share with the fault schedule.
 type driver struct {
 	t       Target
+	newer   Target // a client that joined the workload, for its Sets and Deletes (see Env.Join); swapped with the workers paused
 	rec     *Recorder
 	w       Workload
 	writeID atomic.Uint64          // unique write ids: values and counter lineages (see newDriver)
@@ -35,7 +38,8 @@ type driver struct {
 	phase   atomic.Pointer[string] // the schedule's phase
 	gate    sync.RWMutex           // the schedule's Pause takes it to quiesce the workers
 	done    atomic.Bool
-	stats   []*opStats // one per worker, and the schedule's
+	absExp  atomic.Bool // half the Sets of register keys have an absolute expiration (see absExp)
+	stats   []*opStats  // one per worker, and the schedule's
 }
 
 // opStats counts one goroutine's operations and errors.
@@ -71,9 +75,31 @@ func (d *driver) value() string {
 	return "v" + strconv.FormatUint(d.writeID.Add(1), 10) + "." + d.nonce
 }
 
-func regKey(i int) string     { return "k" + strconv.Itoa(i) }
-func coldKey(i int) string    { return "q" + strconv.Itoa(i) }
-func counterKey(i int) string { return "c" + strconv.Itoa(i) }
+// keyPrefix starts every key the workload writes: the Client's keys, which
+// a schedule names in Moves.Prefix where another application shares the
+// servers (see sharedServers).
+const keyPrefix = "h:"
+
+func regKey(i int) string     { return keyPrefix + "k" + strconv.Itoa(i) }
+func coldKey(i int) string    { return keyPrefix + "q" + strconv.Itoa(i) }
+func counterKey(i int) string { return keyPrefix + "c" + strconv.Itoa(i) }
+func stillKey(i int) string   { return keyPrefix + "s" + strconv.Itoa(i) }
+
+func isCounter(key string) bool { return strings.HasPrefix(key, keyPrefix+"c") }
+
+// absExp is an absolute expiration 60 days ahead: more than memcached's 30
+// days, so a copy that sent the seconds left instead would set a time in
+// 1970, and the copy would expire at once (issue 26, item 6).
+func absExp() int32 { return int32(time.Now().Add(60 * 24 * time.Hour).Unix()) }
+
+// writer is the client of the Sets and Deletes: one that joined the
+// workload, else the target.
+func (d *driver) writer() Target {
+	if d.newer != nil {
+		return d.newer
+	}
+	return d.t
+}
 
 // worker runs operations until the driver is done.
 func (d *driver) worker(seed uint64, log *Log, st *opStats) {
@@ -130,7 +156,7 @@ func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
 				continue
 			}
 			seen[k] = true
-			e := ev(Read, "getmulti", k, k[0] == 'c')
+			e := ev(Read, "getmulti", k, isCounter(k))
 			e.End = end
 			if it := items[k]; it != nil {
 				e.Found, e.Value = true, string(it.Value)
@@ -143,11 +169,15 @@ func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
 		v := d.value()
 		e := ev(Write, "set", reg, false)
 		e.Value = v
-		err := d.t.Set(&memcache.Item{Key: reg, Value: []byte(v)})
+		it := &memcache.Item{Key: reg, Value: []byte(v)}
+		if d.absExp.Load() && rng.IntN(2) == 0 {
+			it.Expiration = absExp()
+		}
+		err := d.writer().Set(it)
 		d.ack(log, &e, err, st)
 	case r < 75:
 		e := ev(Delete, "delete", reg, false)
-		err := d.t.Delete(reg)
+		err := d.writer().Delete(reg)
 		d.ack(log, &e, ignoreMiss(err), st)
 	case r < 89:
 		e := ev(Incr, "incr", ctr, true)
@@ -168,7 +198,7 @@ func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
 		d.setCounter(log, ctr, phase, st)
 	case r < 94:
 		e := ev(Delete, "delete", ctr, true)
-		err := d.t.Delete(ctr)
+		err := d.writer().Delete(ctr)
 		d.ack(log, &e, ignoreMiss(err), st)
 	default:
 		e := ev(Read, "get", ctr, true)
@@ -184,7 +214,7 @@ func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
 func (d *driver) setCounter(log *Log, key, phase string, st *opStats) {
 	v := strconv.FormatUint(d.writeID.Add(1)<<counterBits, 10)
 	e := Event{Kind: Write, Op: "set", Key: key, Counter: true, Value: v, Start: log.Now(), Phase: phase}
-	err := d.t.Set(&memcache.Item{Key: key, Value: []byte(v)})
+	err := d.writer().Set(&memcache.Item{Key: key, Value: []byte(v)})
 	d.ack(log, &e, err, st)
 }
 
