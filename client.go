@@ -52,7 +52,7 @@ type Client struct {
 	copies copies    // handoff copies in flight
 	gains  gains     // the slots each server gained, and its CAS floor then
 	mover  *mover    // the moves of keys after a change of servers (see Moves)
-	loads  flights   // GetOrLoad's loads in flight, one per key
+	loads  *flights  // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
 	tombs  tombs     // whether deletes leave tombstones (see tombstone.go)
 
 	mu      sync.Mutex         // guards servers and the servers' fields it says
@@ -134,7 +134,7 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 	}
 	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
 		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate), calls: newCalls(),
-		tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
+		loads: &flights{}, tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers

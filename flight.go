@@ -92,9 +92,23 @@ func (fs *flights) run(key string, fl *flight, fn func() (*memcache.Item, error)
 
 func (fs *flights) end(key string, fl *flight) {
 	fs.mu.Lock()
-	delete(fs.m, key)
+	if fs.m[key] == fl {
+		delete(fs.m, key)
+	}
 	fs.mu.Unlock()
 	close(fl.done)
+}
+
+// written notes that a write or delete of key by this Client begins: the
+// load in flight may return a value older than it, so callers that come
+// from now on do not join that load, but start one of their own. Those
+// waiting already began before the write, and may return the older value.
+func (fs *flights) written(key string) {
+	fs.mu.Lock()
+	if fs.m != nil {
+		delete(fs.m, key)
+	}
+	fs.mu.Unlock()
 }
 
 func (fs *flights) leave(fl *flight) {

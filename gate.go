@@ -203,8 +203,11 @@ func (c *Client) logKey(s *server, key string, standIn *server) {
 // key was before a recent change of ring (a handoff's source). A write that
 // failed at s has key deleted at s too, so that a read after it returns the
 // written value or a miss, never the one before. It reports whether it
-// deleted key somewhere.
+// deleted key somewhere. A GetOrLoad that starts after it no longer joins
+// the load of key in flight, which may return an older value (see
+// flights.written).
 func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
+	c.loads.written(key)
 	rt := c.rt.Load()
 	deleted := false
 	if s != nil {

@@ -217,6 +217,7 @@ func (pl *pooled) refresh(c *Client) {
 		}
 		if g.c == nil { // after its servers are set, so that its first routing has them
 			g.c = newClientOf(g.list, false, pl.cfg, c.log.With("group", name), pl.outs)
+			g.c.loads = c.loads // a write through a group ends joins of c's loads of the key
 			pl.groups[name] = g
 		}
 		g.left = time.Time{}
@@ -294,6 +295,7 @@ func (pl *pooled) discover(c *Client, own string, discover func(addr string) (*S
 		return errors.New("AcrossServices needs NewClient, which discovers each Service; NewClientFromList has one list of servers")
 	}
 	pl.groups[own] = &group{name: own, list: c.list, c: newClientOf(c.list, false, pl.cfg, c.log.With("group", own), pl.outs)}
+	pl.groups[own].c.loads = c.loads
 	for i, addr := range pl.others {
 		if _, ok := pl.groups[addr]; ok || addr == "" {
 			return fmt.Errorf("AcrossServices: Service %q given twice (NewClient's own is %q): give each Service once", addr, own)
@@ -304,6 +306,7 @@ func (pl *pooled) discover(c *Client, own string, discover func(addr string) (*S
 		}
 		g := &group{name: addr, order: i + 1, list: ss}
 		g.c = newClientOf(ss, true, pl.cfg, c.log.With("group", addr), pl.outs)
+		g.c.loads = c.loads
 		pl.groups[addr] = g
 		ss.subscribe(pl.changed)
 	}
