@@ -223,18 +223,20 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it), false
 	case present != nil:
-		if cause == HandoffMove {
+		if logged, _ := c.inval.lookup(s, it.Key); cause == HandoffMove && !logged {
 			// s's value is newer than p's: a write's, or a copy's filled
-			// already. p's is read no more: delete it, unless it changed
-			// since, so that no server keeps a key it does not own for a
-			// Client that never saw the change to read after a move back.
+			// already (unless s missed a write, and its value waits to be
+			// deleted: then p's stays). p's is read no more: delete it,
+			// unless it changed since, so that no server keeps a key it
+			// does not own for a Client that never saw the change to read
+			// after a move back.
 			p.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, it.CasID) })
 		}
 		c.reportHandoff(p, s, cause, HandoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present), true
 	case !reserved: // another copy is under way: this read is served from p, unless deleted since
-		if c.entombed(ctx, s, it.Key) {
+		if tomb, err := c.entombed(ctx, s, it.Key); tomb || err != nil {
 			return nil, false
 		}
 		return c.unlessOvertaken(st, it), false
@@ -246,12 +248,15 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil, false
 	}
-	if c.entombed(ctx, s, it.Key) {
+	if tomb, err := c.entombed(ctx, s, it.Key); tomb || err != nil {
+		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
+		c.reportHandoff(p, s, cause, HandoffUndone)
+		if err != nil { // the copy cannot tell: p keeps the key
+			return nil, false
+		}
 		// Deleted by a client that did not see the change (see
 		// tombstone.go): p's value is older than the delete.
-		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
 		p.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, it.CasID) })
-		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil, true
 	}
 	cp.CasID = stub

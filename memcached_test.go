@@ -49,6 +49,7 @@ func startMemcached(t testing.TB, n int) []*memcached {
 
 func (m *memcached) start(bin string) {
 	m.t.Helper()
+	directs.Delete(m.addr) // its connections are to the process before
 	_, port, _ := net.SplitHostPort(m.addr)
 	m.cmd = exec.Command(bin, append([]string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}, m.extra...)...)
 	if os.Getuid() == 0 {
@@ -71,6 +72,7 @@ func (m *memcached) start(bin string) {
 
 // kill SIGKILLs the server and waits for it to exit.
 func (m *memcached) kill() {
+	directs.Delete(m.addr)
 	if m.cmd != nil && m.cmd.Process != nil {
 		m.cmd.Process.Signal(syscall.SIGCONT)
 		m.cmd.Process.Kill()

@@ -70,10 +70,16 @@ func (c *Client) entomb(ctx context.Context, s *server, key string, ttl time.Dur
 	return s.call(func(w wire) error { return w.Store(ctx, opSet, it) })
 }
 
-// entombed reports whether s holds key's tombstone; a server that cannot
-// tell is taken to hold it, and the copy is undone: a miss, never a value
-// a delete removed.
-func (c *Client) entombed(ctx context.Context, s *server, key string) bool {
+// entombed reports whether s holds key's tombstone, or an error if s
+// cannot tell: the copy is then undone (a miss, never a value a delete
+// removed), but its source keeps the key.
+func (c *Client) entombed(ctx context.Context, s *server, key string) (bool, error) {
 	err := s.call(func(w wire) error { _, err := w.Get(ctx, tombKey(key)); return err })
-	return !errors.Is(err, memcache.ErrCacheMiss)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
