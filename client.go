@@ -313,8 +313,11 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	}
 	old := c.rt.Load()
 	c.rt.Store(rt)
-	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt)) {
-		c.mover.newMembers(now) // move the keys that changed owner
+	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt)) {
+		// New members, or a member back in the live ring (one that
+		// returns after it left is out until it answers): move the keys
+		// that changed owner.
+		c.mover.newMembers(now)
 	}
 	return max(next, time.Millisecond)
 }

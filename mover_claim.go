@@ -34,6 +34,21 @@ func ringID(rt *routing) string {
 	return hex.EncodeToString(b[:])
 }
 
+// liveChanged reports whether new routes to a member old did not: one
+// back in the live ring. One taken out needs no moves: its keys stay where
+// they are until it returns.
+func liveChanged(old, new *routing) bool {
+	if old == nil || old.live == new.live {
+		return false
+	}
+	for _, s := range new.liveSrv {
+		if !slices.Contains(old.liveSrv, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // claim adds key at p, claiming p's keys for this client, or finds it
 // this client's own (resumed). If another client holds it, won is false,
 // and done tells whether that client finished.

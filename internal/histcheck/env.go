@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,7 @@ type Env struct {
 	closeNewer  func() // the client that joined, if one did (see Join)
 
 	control bool              // the target is gomemcache's client
+	pool    bool              // the target is a replicated pool, whose groups are not moved between
 	still   map[string]string // the keys written once, never touched again, and their values (see WriteStill)
 	stillN  int
 	counts  []Count
@@ -241,6 +243,36 @@ func (e *Env) Applied() {
 	e.Step("the target did not apply the change in 10s")
 }
 
+// Settled waits until the target's members are all up and its moves have
+// stopped for a second (30 s at most), so that a count of the keys kept
+// measures what the moves kept, not how far they got: a member back in
+// the ring is out until it answers, and its keys move to it then.
+func (e *Env) Settled() {
+	c, ok := e.d.t.(*selector.Client)
+	if !ok {
+		return
+	}
+	start := time.Now()
+	last, since := c.Stats().Moves, start
+	for time.Since(start) < 30*time.Second {
+		e.Sleep(100 * time.Millisecond)
+		st := c.Stats()
+		up := true
+		for _, s := range st.Servers {
+			up = up && (s.State == "up" || s.State == "gone")
+		}
+		if st.Moves != last || !up {
+			last, since = st.Moves, time.Now()
+			continue
+		}
+		if time.Since(since) >= time.Second {
+			e.Step("the target's moves settled in %v", time.Since(start).Round(time.Millisecond))
+			return
+		}
+	}
+	e.Step("the target's moves did not settle in 30s")
+}
+
 // Join makes change, with the workers quiesced, and then starts a second
 // client of the target's kind, which never saw the ring before (an
 // application pod started after the change): from then on, until Leave,
@@ -315,6 +347,16 @@ func (e *Env) Count(name string, good, of int, floor float64) {
 	e.Step("%v", e.counts[len(e.counts)-1])
 }
 
+// shardedFloor is clientFloor for the sharded Client alone: a replicated
+// pool's member that returns is a group of its own, not moved to, cold for
+// the reads that find it first (without miss failover).
+func (e *Env) shardedFloor(floor float64) float64 {
+	if e.pool {
+		return 0
+	}
+	return e.clientFloor(floor)
+}
+
 // clientFloor is floor for the Client, and nothing for the control, which
 // neither fails over nor moves keys: it may lose the keys that change
 // server.
@@ -353,9 +395,17 @@ func readAll(t Target, keys []string) map[string]*memcache.Item {
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), 100)]
 		keys = keys[len(batch):]
-		items, _ := t.GetMulti(batch) // what failed is not found
-		for k, it := range items {
-			found[k] = it
+		// A batch that failed (a timeout on a loaded machine) is read
+		// again: a key not found is one a read that succeeded missed.
+		for try := 0; len(batch) > 0 && try < 5; try++ {
+			items, err := t.GetMulti(batch)
+			for k, it := range items {
+				found[k] = it
+			}
+			if err == nil {
+				break
+			}
+			batch = slices.DeleteFunc(slices.Clone(batch), func(k string) bool { return found[k] != nil })
 		}
 	}
 	return found

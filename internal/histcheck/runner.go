@@ -79,7 +79,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	rec := NewRecorder()
 	list := new(selector.ServerList)
 	env := &Env{Rng: rand.New(rand.NewPCG(seed, 1)), Params: p, Servers: servers, list: list, log: rec.Log(), st: newOpStats(),
-		control: k == Gomemcache}
+		control: k == Gomemcache, pool: k == ClientReplicated}
 	members := make([]int, p.Members)
 	for i := range members {
 		members[i] = i
