@@ -278,7 +278,10 @@ func TestRestartedServerNeedsNoReplay(t *testing.T) {
 	time.Sleep(5 * time.Second) // memcached's uptime starts at 2-4 s
 	ms[0].restart()
 	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
-	require.True(t, logs.has("server back for this client: server="+ms[0].addr+" restarted=true"))
+	// The line is logged once the server is up again, a moment after.
+	eventually(t, "the return logged as a restart", func() bool {
+		return logs.has("server back for this client: server=" + ms[0].addr + " restarted=true")
+	})
 }
 
 // scaledUp writes 300 keys, each its own value, through a Client of two
