@@ -32,7 +32,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 	var found map[string]*memcache.Item
 	owner := make([]*server, len(keys)) // where each key was last asked
 	var mu sync.Mutex
-	var last error
+	var last, retried error // a batch's error; the last one of a batch sent again
 	pending := make([]int, len(keys)) // indexes into keys
 	for i := range pending {
 		pending[i] = i
@@ -91,12 +91,14 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 			}
 			switch {
 			case f == unreachable || f == connectTimeout || f == broken && attempt < 2:
+				// Sent again: its error is the caller's only if the keys
+				// are still pending after the last attempt.
 				for _, i := range b.keys {
 					if items[keys[i]] == nil {
 						pending = append(pending, i)
 					}
 				}
-				last = appError(err)
+				retried = appError(err)
 			case err != nil:
 				last = appError(err)
 			}
@@ -113,6 +115,8 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 	}
 	if len(pending) == 0 {
 		c.handoffMulti(ctx, keys, hashes, owner, found)
+	} else if last == nil {
+		last = retried
 	}
 	return found, last
 }
