@@ -32,7 +32,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 	var found map[string]*memcache.Item
 	owner := make([]*server, len(keys)) // where each key was last asked
 	var mu sync.Mutex
-	var last, retried error // a batch's error; the last one of a batch sent again
+	var last, retried error           // a batch's error; the last one of a batch sent again
 	pending := make([]int, len(keys)) // indexes into keys
 	for i := range pending {
 		pending[i] = i
