@@ -307,8 +307,12 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	// and move, and a connection dialed per request would leave thousands
 	// in TIME-WAIT, enough to run out of local ports.
 	for _, s := range c.servers {
-		if s.status() == gone && (s.lost.Load() || !rt.inPast(s)) {
+		switch {
+		case s.status() != gone:
+		case s.lost.Load() || !rt.inPast(s):
 			s.retire()
+		default: // read again: it was taken for lost before Kubernetes said it drains
+			s.retired.Store(false)
 		}
 	}
 	old := c.rt.Load()
