@@ -258,11 +258,13 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	// With discovery, a server that left is read and sent deletes only
 	// while Kubernetes says it serves: terminating, in its grace period.
 	// Without, until it fails.
+	regained := false // a server that drains is read again: its keys are to move
 	if c.list.drains {
 		dr := c.list.drainingSet()
 		for _, s := range c.servers {
 			if s.status() == gone {
-				s.lost.Store(!slices.Contains(dr, s.addr.str))
+				lost := !slices.Contains(dr, s.addr.str)
+				regained = s.lost.Swap(lost) && !lost || regained
 			}
 		}
 	}
@@ -317,7 +319,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	}
 	old := c.rt.Load()
 	c.rt.Store(rt)
-	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt)) {
+	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt) || regained) {
 		// New members, or a member back in the live ring (one that
 		// returns after it left is out until it answers): move the keys
 		// that changed owner.

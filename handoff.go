@@ -377,9 +377,17 @@ func (c *Client) sourceFailed(p *server, f failure, err error) {
 func (c *Client) goneFailed(s *server, f failure) {
 	switch {
 	case f == healthy || f == refused || f == abandoned || f == local:
-	case !c.list.drains || f == unreachable, int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown:
+	case !c.list.drains || f == unreachable:
 		s.lost.Store(true)
 		s.retire()
+	case int(s.timeouts.Add(1)) >= c.cfg.timeoutsUntilDown:
+		// Slow in a row, maybe under the load of its own moves: not read
+		// for a while, then again while Kubernetes says it drains (see
+		// refresh), and its keys' moves resume.
+		s.lost.Store(true)
+		s.retire()
+		s.timeouts.Store(0)
+		time.AfterFunc(c.cfg.probeMin, c.signal)
 	}
 }
 
