@@ -184,6 +184,12 @@ func run(c config) error {
 		return err
 	}
 	defer client.Close()
+	// The modulo client of step 3 is gone, and its keys with it: keys of
+	// another hashing on the pods make the Client's mover leave them alone
+	// (see selector.Moves), as it would another application's.
+	if err := cache.FlushAll(); err != nil {
+		return err
+	}
 	// Both start warm: every key written (scaling up left the ring's cold).
 	if err := writeKeys(cache, "ring/", c.keys); err != nil {
 		return err
