@@ -33,6 +33,14 @@ func newTestClient(t *testing.T, addrs []string, opt ...ClientOption) (*Client, 
 	return c, ss
 }
 
+// listOf returns a static ServerList of addrs: the ring a change leads to.
+func listOf(t *testing.T, addrs ...string) *ServerList {
+	t.Helper()
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers(addrs...))
+	return ss
+}
+
 // keysOf returns n keys that ss routes to addr.
 func keysOf(t *testing.T, ss *ServerList, addr string, n int) []string {
 	t.Helper()
@@ -485,23 +493,34 @@ func TestInvalidationsOverflow(t *testing.T) {
 	}
 }
 
-// TestHandoffFromDraining removes a server that still serves (a pod in its
-// grace period, terminating but serving): its keys are handed off from it
-// while discovery says it drains, and not read once it stops.
-func TestHandoffFromDraining(t *testing.T) {
-	ms := startMemcached(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms))
+// drainThird sets n keys of the third of ms through c, then removes that
+// server from ss while it still serves, as discovery does for a pod in its
+// grace period, and waits for c to see it drain. It returns the keys.
+func drainThird(t *testing.T, c *Client, ss *ServerList, ms []*memcached, n int) []string {
+	t.Helper()
 	ss.drains = true // as with discovery
-	keys := keysOf(t, ss, ms[2].addr, 40)
+	keys := keysOf(t, ss, ms[2].addr, n)
 	for _, k := range keys {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
 	}
 	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
 	ss.setDraining([]string{ms[2].addr})
 	eventually(t, "the client to see the server drain", func() bool {
-		rt := c.rt.Load()
-		return len(rt.past) == 1 && len(rt.baseSrv) == 2 && stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
+		return stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
 	})
+	return keys
+}
+
+// TestHandoffFromDraining removes a server that still serves (a pod in its
+// grace period, terminating but serving): its keys are handed off from it
+// while discovery says it drains, and not read once it stops.
+func TestHandoffFromDraining(t *testing.T) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms))
+	keys := drainThird(t, c, ss, ms, 40)
+	rt := c.rt.Load()
+	require.Len(t, rt.past, 1)
+	require.Len(t, rt.baseSrv, 2)
 	for _, k := range keys[:20] {
 		it, err := c.Get(k)
 		require.NoError(t, err, "%s not handed off from the draining server", k)
@@ -530,16 +549,7 @@ func TestDrainingKeepsConnections(t *testing.T) {
 	// A timeout breaks a connection, which is dialed again: long enough
 	// that none comes under load (-race, a busy CI machine).
 	c, ss := newTestClient(t, addrsOf(ms), WithDialContext(dial), WithTimeout(5*time.Second))
-	ss.drains = true // as with discovery
-	keys := keysOf(t, ss, ms[2].addr, 300)
-	for _, k := range keys {
-		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
-	}
-	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
-	ss.setDraining([]string{ms[2].addr})
-	eventually(t, "the client to see the server drain", func() bool {
-		return stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
-	})
+	keys := drainThird(t, c, ss, ms, 300)
 	before, _ := dials.Load(ms[2].addr)
 	from := before.(*atomic.Int64).Load()
 	var wg sync.WaitGroup
@@ -567,16 +577,7 @@ func TestDrainingKeepsConnections(t *testing.T) {
 func TestHandoffFromDrainingSlowOnce(t *testing.T) {
 	ms := startMemcached(t, 3)
 	c, ss := newTestClient(t, addrsOf(ms), WithMoves(Moves{Rate: -1}))
-	ss.drains = true // as with discovery
-	keys := keysOf(t, ss, ms[2].addr, 10)
-	for _, k := range keys {
-		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
-	}
-	require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
-	ss.setDraining([]string{ms[2].addr})
-	eventually(t, "the client to see the server drain", func() bool {
-		return stateOf(c, ms[2].addr).State == "gone" && !serverOf(c, ms[2].addr).lost.Load()
-	})
+	keys := drainThird(t, c, ss, ms, 10)
 	ms[2].signal(syscall.SIGSTOP)
 	_, err := c.Get(keys[0])
 	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the draining server did not answer in time")

@@ -28,34 +28,24 @@ func TestCopiesKeepExpirations(t *testing.T) {
 			copy func(t *testing.T, it *memcache.Item) (holder string)
 		}{
 			{"handoff", func(t *testing.T, it *memcache.Item) string {
-				ms := startMemcached(t, 3)
-				c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: -1}))
-				it.Key = keysOf(t, func() *ServerList { s := new(ServerList); s.SetServers(addrsOf(ms)...); return s }(), ms[2].addr, 1)[0]
-				require.NoError(t, c.Set(it))
-				require.NoError(t, ss.SetServers(addrsOf(ms)...))
-				eventually(t, "the client to see the new server", func() bool { return len(c.rt.Load().baseSrv) == 3 })
+				c, at := setBeforeScaleUp(t, it)
 				_, err := c.Get(it.Key)
 				require.NoError(t, err)
-				return ms[2].addr
+				return at
 			}},
 			{"GetOrLoad's handoff", func(t *testing.T, it *memcache.Item) string {
-				ms := startMemcached(t, 3)
-				c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: -1}))
-				it.Key = keysOf(t, func() *ServerList { s := new(ServerList); s.SetServers(addrsOf(ms)...); return s }(), ms[2].addr, 1)[0]
-				require.NoError(t, c.Set(it))
-				require.NoError(t, ss.SetServers(addrsOf(ms)...))
-				eventually(t, "the client to see the new server", func() bool { return len(c.rt.Load().baseSrv) == 3 })
+				c, at := setBeforeScaleUp(t, it)
 				_, err := c.GetOrLoad(context.Background(), it.Key, LoadOptions{}, func(context.Context, string) (*memcache.Item, error) {
 					t.Fatal("loaded: the value was not handed off")
 					return nil, nil
 				})
 				require.NoError(t, err)
-				return ms[2].addr
+				return at
 			}},
 			{"move", func(t *testing.T, it *memcache.Item) string {
 				ms := startMemcached(t, 3)
 				c, ss := newTestClient(t, addrsOf(ms[:2]))
-				it.Key = keysOf(t, func() *ServerList { s := new(ServerList); s.SetServers(addrsOf(ms)...); return s }(), ms[2].addr, 1)[0]
+				it.Key = keysOf(t, listOf(t, addrsOf(ms)...), ms[2].addr, 1)[0]
 				require.NoError(t, c.Set(it))
 				require.NoError(t, ss.SetServers(addrsOf(ms)...))
 				require.Equal(t, 1, movesDone(t, c, 1).Moved)
@@ -88,4 +78,17 @@ func TestCopiesKeepExpirations(t *testing.T) {
 			})
 		}
 	}
+}
+
+// setBeforeScaleUp sets it, under a key that the third of 3 servers owns,
+// through a Client of the first two with moves off, then scales the Client
+// up to all 3: a read of the key hands it off to the address it returns.
+func setBeforeScaleUp(t *testing.T, it *memcache.Item) (*Client, string) {
+	ms := startMemcached(t, 3)
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: -1}))
+	it.Key = keysOf(t, listOf(t, addrsOf(ms)...), ms[2].addr, 1)[0]
+	require.NoError(t, c.Set(it))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the new server", func() bool { return len(c.rt.Load().baseSrv) == 3 })
+	return c, ms[2].addr
 }

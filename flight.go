@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
@@ -15,6 +16,7 @@ import (
 // a key runs it, and the callers that come while it runs wait for its
 // result, each bounded by its own context. Its zero value is ready.
 type flights struct {
+	n  atomic.Int32 // loads running: written's fast path, on every write
 	mu sync.Mutex
 	m  map[string]*flight
 }
@@ -63,6 +65,7 @@ func (fs *flights) do(ctx context.Context, key string, fn func() (*memcache.Item
 		}
 		fl := &flight{done: make(chan struct{})}
 		fs.m[key] = fl
+		fs.n.Add(1)
 		fs.mu.Unlock()
 		return fs.run(key, fl, fn)
 	}
@@ -95,6 +98,7 @@ func (fs *flights) end(key string, fl *flight) {
 	if fs.m[key] == fl {
 		delete(fs.m, key)
 	}
+	fs.n.Add(-1)
 	fs.mu.Unlock()
 	close(fl.done)
 }
@@ -104,6 +108,9 @@ func (fs *flights) end(key string, fl *flight) {
 // from now on do not join that load, but start one of their own. Those
 // waiting already began before the write, and may return the older value.
 func (fs *flights) written(key string) {
+	if fs.n.Load() == 0 {
+		return
+	}
 	fs.mu.Lock()
 	if fs.m != nil {
 		delete(fs.m, key)

@@ -1,15 +1,20 @@
 package selector
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // memcached is a real memcached process on loopback, for the Client's
@@ -142,3 +147,27 @@ func addrsOf(ms []*memcached) []string {
 }
 
 func (m *memcached) String() string { return fmt.Sprintf("memcached %s", m.addr) }
+
+// statOf returns a numeric stat of the memcached at addr.
+func statOf(tb testing.TB, addr, name string) int64 {
+	tb.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(tb, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	_, err = conn.Write([]byte("stats\r\n"))
+	require.NoError(tb, err)
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(tb, err)
+		if strings.HasPrefix(line, "END") {
+			tb.Fatalf("no stat %s", name)
+		}
+		if f := strings.Fields(line); len(f) == 3 && f[1] == name {
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			require.NoError(tb, err)
+			return n
+		}
+	}
+}

@@ -67,8 +67,7 @@ func TestOperationsOnAMovedKey(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/moves %d", tc.name, moves.Rate), func(t *testing.T) {
 				ms := startMemcached(t, 3)
 				c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(moves))
-				all := new(ServerList)
-				require.NoError(t, all.SetServers(addrsOf(ms)...))
+				all := listOf(t, addrsOf(ms)...)
 				k := keysOf(t, all, ms[2].addr, 1)[0]
 				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("10")}))
 				require.NoError(t, ss.SetServers(addrsOf(ms)...))

@@ -1,11 +1,8 @@
 package selector
 
 import (
-	"bufio"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -166,7 +163,7 @@ func TestMovesRefused(t *testing.T) {
 	ms[0].restartWith("-o", "no_lru_crawler")
 	log := &lineLog{}
 	c, ss := newTestClient(t, addrsOf(ms[:1]), WithSlog(log.logger()))
-	keys := keysOf(t, func() *ServerList { s := new(ServerList); s.SetServers(addrsOf(ms)...); return s }(), ms[1].addr, 20)
+	keys := keysOf(t, listOf(t, addrsOf(ms)...), ms[1].addr, 20)
 	for _, k := range keys {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v")}))
 	}
@@ -307,21 +304,4 @@ func TestMovesAChangeEndsTheRound(t *testing.T) {
 }
 
 // currItems is memcached's count of the items at addr.
-func currItems(t *testing.T, addr string) int {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	require.NoError(t, err)
-	defer nc.Close()
-	_, err = nc.Write([]byte("stats\r\n"))
-	require.NoError(t, err)
-	sc := bufio.NewScanner(nc)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "STAT curr_items "); ok {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatalf("stats of %s: no curr_items (%v)", addr, sc.Err())
-	return 0
-}
+func currItems(t *testing.T, addr string) int { return int(statOf(t, addr, "curr_items")) }

@@ -1,11 +1,7 @@
 package selector
 
 import (
-	"bufio"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,8 +24,7 @@ func TestDeleteByANewClientHolds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := startMemcached(t, 3)
 			old, oldList := newTestClient(t, addrsOf(ms[:2]), WithMoves(tc.moves))
-			all := new(ServerList)
-			require.NoError(t, all.SetServers(addrsOf(ms)...))
+			all := listOf(t, addrsOf(ms)...)
 			keys := keysOf(t, all, ms[2].addr, 16)
 			for _, k := range keys {
 				require.NoError(t, old.Set(&memcache.Item{Key: k, Value: []byte("before the change")}))
@@ -83,29 +78,5 @@ func BenchmarkDeleteTombstone(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(statOf(b, ms[0].addr, "bytes")-before)/float64(b.N), "server-bytes/op")
 		})
-	}
-}
-
-// statOf returns a numeric stat of the memcached at addr.
-func statOf(tb testing.TB, addr, name string) int64 {
-	tb.Helper()
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	require.NoError(tb, err)
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Second))
-	_, err = conn.Write([]byte("stats\r\n"))
-	require.NoError(tb, err)
-	br := bufio.NewReader(conn)
-	for {
-		line, err := br.ReadString('\n')
-		require.NoError(tb, err)
-		if strings.HasPrefix(line, "END") {
-			tb.Fatalf("no stat %s", name)
-		}
-		if f := strings.Fields(line); len(f) == 3 && f[1] == name {
-			n, err := strconv.ParseInt(f[2], 10, 64)
-			require.NoError(tb, err)
-			return n
-		}
 	}
 }
