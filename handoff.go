@@ -123,10 +123,12 @@ func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, e
 }
 
 // copied is what a handoff did at the key's server s: whether s holds the
-// key now (copied there, or there before), and the source it read.
+// key now (copied there, or there before), and the source it read; or, if
+// it read none, whether a source failed (it may hold the key still).
 type copied struct {
-	at   bool
-	from *server
+	at     bool
+	from   *server
+	failed bool
 }
 
 // handoffFrom is handoff, and tells what the copy did (see copied).
@@ -140,6 +142,7 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 	st := c.copies.begin(key)
 	defer c.copies.done(key, st)
 	var buf [4]*server
+	failed := false
 	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
 		if !p.readable() {
 			continue
@@ -158,6 +161,7 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 			return nil, copied{}, err
 		default:
 			c.sourceFailed(p, f, err)
+			failed = true
 			continue
 		}
 		if err != nil || !c.servable(p, key, h, it.CasID) {
@@ -170,9 +174,9 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 		if cp == nil {
 			err = memcache.ErrCacheMiss
 		}
-		return cp, copied{at, p}, err
+		return cp, copied{at: at, from: p}, err
 	}
-	return nil, copied{}, memcache.ErrCacheMiss
+	return nil, copied{failed: failed}, memcache.ErrCacheMiss
 }
 
 // copyTo copies it, read from p, to s, deletes it at p, and returns the

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
@@ -87,15 +83,24 @@ func (c *Client) moveLoop() {
 		case <-c.mover.kick:
 		default:
 		}
+		c.mover.forgetLeft() // the new round lists again
 		// While another client holds a claim of this round, it may die:
 		// once its claim has expired, run the round again, and take over
-		// what it left. A new change ends this.
-		for range maxTakeOvers {
-			if !c.moveRoundUntilChange() {
+		// what it left. Keys this client left (a copy that failed under
+		// load, or waited on another's placeholder) are listed again
+		// sooner, backing off: a server that drains keeps none for want
+		// of a round. A new change ends this.
+		for try := range maxTakeOvers {
+			held, left := c.moveRoundUntilChange()
+			if !held && !left {
 				break
 			}
+			wait := c.mover.claim + time.Second
+			if !held { // within the claim kept (see moveFrom): the same run resumes
+				wait = min(time.Second<<try, c.mover.claim/2)
+			}
 			select {
-			case <-time.After(c.mover.claim + time.Second):
+			case <-time.After(wait):
 				continue
 			case <-c.mover.kick:
 				c.mover.signal()
@@ -111,7 +116,7 @@ func (c *Client) moveLoop() {
 // servers ends: the next round starts over from the new rings, with the
 // servers that stop serving first (a rolling restart removes a pod a
 // moment after it adds one, and the pod removed has the least time).
-func (c *Client) moveRoundUntilChange() (held bool) {
+func (c *Client) moveRoundUntilChange() (held, left bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	ended := make(chan struct{})
@@ -129,11 +134,12 @@ func (c *Client) moveRoundUntilChange() (held bool) {
 
 // moveRound moves the keys of every server of the recent rings that may
 // hold keys it does not own, one server at a time. It reports whether
-// another client held the claim of a server and had not finished.
-func (c *Client) moveRound(ctx context.Context) (held bool) {
+// another client held the claim of a server and had not finished, and
+// whether this client left keys at a server that a later round may move.
+func (c *Client) moveRound(ctx context.Context) (held, left bool) {
 	rt := c.rt.Load()
 	if rt == nil || rt.live == nil || len(rt.past) == 0 {
-		return false
+		return false, false
 	}
 	id := ringID(rt)
 	srcs := losers(rt)
@@ -144,16 +150,18 @@ func (c *Client) moveRound(ctx context.Context) (held bool) {
 	})
 	for _, p := range srcs {
 		if ctx.Err() != nil {
-			return false
+			return false, false
 		}
-		if p.readable() && c.moveFrom(ctx, p, id) {
-			held = true
+		if !p.readable() {
+			continue
 		}
+		h, l := c.moveFrom(ctx, p, id)
+		held, left = held || h, left || l
 	}
 	if ctx.Err() == nil { // a round a change ended is not one run
 		c.mover.add(func(st *MoveStats) { st.Rounds++ })
 	}
-	return held
+	return held, left
 }
 
 // losers returns the servers that may hold keys they do not own: those
@@ -186,30 +194,38 @@ func losers(rt *routing) []*server {
 
 // moveFrom moves the keys that p holds and does not own to their owners,
 // if this client claims p for the members id names. It reports whether
-// another client holds the claim and has not finished.
-func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool) {
+// another client holds the claim and has not finished, and whether this
+// client left keys at p that a later round may move: it keeps its claim
+// then, and the later round resumes it.
+func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left bool) {
 	if p.proto.Load() == protoClassic {
 		c.refused(p, "it does not speak the meta protocol, whose copies are exact")
-		return false
+		return false, false
 	}
 	key := claimPrefix + id
 	won, resumed, done, err := c.claim(ctx, p, key)
 	switch {
 	case err != nil: // the claim may be this client's: the next round (see moveLoop) finds out
 		c.log.Debug("moving keys: the claim failed", keyServer, p.addr.str, "error", err)
-		return ctx.Err() == nil
+		return ctx.Err() == nil, false
 	case !won:
 		c.mover.add(func(st *MoveStats) { st.Claimed++ })
-		return !done
+		return !done, false
 	}
 	start := time.Now()
 	before := c.mover.totals()
 	listed := 0
+	retry := c.mover.takeLeft(p.addr.str) // what an earlier round of these members left at p
 	seen := map[string]bool{}
+	for _, k := range retry {
+		seen[k] = true
+	}
 	// A listing taken while the server serves can miss items (see
 	// meta.List): list again until a listing finds nothing more to move.
-	for pass, held := 0, 0; pass < maxListings; pass++ {
-		if held > 0 {
+	// A key a pass left is tried again even where the next listing misses
+	// it (an item a move read is likelier missed).
+	for pass, nheld := 0, 0; pass < maxListings; pass++ {
+		if nheld > 0 {
 			// A key another copy held (see moveKey) waits for it: a read's
 			// handoff ends in milliseconds, but a copy whose reply was
 			// lost holds its placeholder for reserveTTL. A server that
@@ -221,7 +237,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
-				return false
+				return false, false
 			}
 		}
 		l, err := c.listMovable(ctx, p)
@@ -230,7 +246,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 		}
 		if err != nil {
 			c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
-			return false
+			return false, false
 		}
 		if pass == 0 {
 			if l.shared() {
@@ -238,14 +254,11 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 					"with another hashing shares the server, and the mover would move its keys; set Moves.Prefix to the prefix "+
 					"of this application's keys, or turn moves off (Moves.Rate -1)", l.foreign, l.foreign+l.ours))
 				c.finishClaim(ctx, p, key)
-				return false
+				return false, false
 			}
-			c.mover.add(func(st *MoveStats) {
-				st.Foreign += l.foreign + l.others
-				if !resumed { // a server is counted once a set of members
-					st.Sources++
-				}
-			})
+			if !resumed { // a server is counted once a set of members
+				c.mover.add(func(st *MoveStats) { st.Foreign += l.foreign + l.others; st.Sources++ })
+			}
 		}
 		var fresh int // keys not listed before: a key left is listed again
 		for _, k := range l.keys {
@@ -255,72 +268,45 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held bool)
 			}
 		}
 		c.mover.add(func(st *MoveStats) { st.Listed += fresh })
-		keys := l.keys
+		keys := withLeft(l.keys, retry)
 		if len(keys) == 0 {
 			break
 		}
 		listed += len(keys)
 		var ok bool
-		if ok, held = c.moveKeys(ctx, p, key, keys); !ok {
-			return false // lost the claim: another client moves the rest
+		if ok, retry, nheld = c.moveKeys(ctx, p, key, keys); !ok {
+			return false, false // lost the claim: another client moves the rest
 		}
 	}
-	c.finishClaim(ctx, p, key)
+	if left = len(retry) > 0; left {
+		c.mover.keepLeft(p.addr.str, retry)
+		c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) // for the next round (see moveLoop)
+	} else {
+		c.finishClaim(ctx, p, key)
+	}
 	c.mover.add(func(st *MoveStats) { st.Took += time.Since(start) })
 	after := c.mover.totals()
 	c.log.Info("moved keys with their slots", keyServer, p.addr.str, "listed", listed,
 		"moved", after.Moved-before.Moved, "left", after.Left-before.Left, "took", time.Since(start).Round(time.Millisecond))
-	return false
+	return false, left
 }
 
-// moveKeys moves keys, listed at p, at most the mover's rate a second,
-// renewing this client's claim (key) as it goes. It reports false if the
-// claim was lost or ctx ended, and how many keys another copy held.
-func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) (_ bool, held int) {
-	work := make(chan string)
-	var wg sync.WaitGroup
-	var nheld atomic.Int32
-	for range moveWorkers {
-		wg.Go(func() {
-			for k := range work {
-				if c.moveKey(ctx, p, k) {
-					nheld.Add(1)
-				}
-			}
-		})
+// withLeft returns keys, and those of left it lacks.
+func withLeft(keys, left []string) []string {
+	if len(left) == 0 {
+		return keys
 	}
-	ok := c.feed(ctx, p, key, keys, work)
-	close(work)
-	wg.Wait()
-	return ok, int(nheld.Load())
-}
-
-// feed sends keys to work at most the mover's rate a second, renewing the
-// claim key at p as it goes. It reports false if the claim was lost or ctx
-// ended.
-func (c *Client) feed(ctx context.Context, p *server, key string, keys []string, work chan<- string) bool {
-	every := time.Second / time.Duration(max(c.mover.rate, 1))
-	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
+	listed := make(map[string]bool, len(keys))
 	for _, k := range keys {
-		if now := time.Now(); now.After(renew) {
-			if !c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) {
-				return false
-			}
-			renew = now.Add(c.mover.claim / 3)
-		}
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		}
-		next = next.Add(every)
-		if ctx.Err() != nil {
-			return false
-		}
-		work <- k
+		listed[k] = true
 	}
-	return true
+	out := slices.Clip(keys)
+	for _, k := range left {
+		if !listed[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // refused notes that p's keys cannot be moved, and logs why once.
@@ -329,59 +315,4 @@ func (c *Client) refused(p *server, why string) {
 	if c.mover.firstRefusal(p.addr.str) {
 		c.log.Warn("cannot move keys from this server; they move when read", keyServer, p.addr.str, "reason", why)
 	}
-}
-
-// moveKey moves key, listed at p, to its owner s, as a read that missed
-// there would (see handoff), and deletes it at p once s has it: a value s
-// has already is newer than p's. Where the handoff did not copy it, p
-// keeps its own: another copy may be under way (a read's, whose check of
-// p a delete would fail: held), or p's value is one no read will serve.
-func (c *Client) moveKey(ctx context.Context, p *server, key string) (held bool) {
-	h := c.hash(key)
-	s := movableTo(c.rt.Load(), h)
-	switch {
-	case s == p:
-		return false
-	case s == nil:
-		c.mover.add(func(st *MoveStats) { st.Left++ })
-		c.log.Debug("moving keys: a key stays where it was: its owner is out", keyServer, p.addr.str, "key", key)
-		return false
-	}
-	_, res, err := c.handoffFrom(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
-	if res.at {
-		err = nil
-		if res.from != p { // the copy deleted it at its source; p's is older, or s's own
-			err = p.call(func(w wire) error { return w.Delete(ctx, key) })
-			if errors.Is(err, memcache.ErrCacheMiss) {
-				err = nil
-			}
-		}
-	} else if err == nil {
-		err = errNotMoved
-	}
-	c.mover.add(func(st *MoveStats) {
-		if err == nil {
-			st.Moved++
-		} else {
-			st.Left++
-		}
-	})
-	if err != nil {
-		c.log.Debug("moving keys: a key stays where it was", keyServer, p.addr.str, "key", key, "to", s.addr.str, "error", err)
-	}
-	return errors.Is(err, errNotMoved)
-}
-
-// errNotMoved is why a key stays at its source where the handoff says no
-// more: another copy held the key's server, or the source failed.
-var errNotMoved = errors.New("selector: the key's server does not hold it")
-
-// movableTo is the server that a key of hash h moves to: its owner among
-// the members, if this client routes to it; else nil.
-func movableTo(rt *routing, h uint64) *server {
-	s, newStandIn := rt.ownerNow(h)
-	if s == nil || newStandIn || s != rt.baseOwner(h) {
-		return nil
-	}
-	return s
 }

@@ -34,14 +34,16 @@ type mover struct {
 	kick  chan struct{} // a change to move the keys of
 	mu    sync.Mutex
 	stats MoveStats
-	told  map[string]bool // servers whose refusal was logged
-	seen  time.Time       // when this client saw the members it routes by
+	told  map[string]bool     // servers whose refusal was logged
+	left  map[string][]string // keys a round left at a server (by address), for the next round
+	seen  time.Time           // when this client saw the members it routes by
 }
 
 func newMover(rate int) *mover {
 	var b [8]byte
 	rand.Read(b[:])
-	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1), told: map[string]bool{}}
+	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1),
+		told: map[string]bool{}, left: map[string][]string{}}
 }
 
 func (m *mover) signal() {
@@ -88,4 +90,28 @@ func (m *mover) firstRefusal(addr string) bool {
 	}
 	m.told[addr] = true
 	return true
+}
+
+// keepLeft keeps the keys a round left at addr, for the next round.
+func (m *mover) keepLeft(addr string, keys []string) {
+	m.mu.Lock()
+	m.left[addr] = keys
+	m.mu.Unlock()
+}
+
+// takeLeft returns, and forgets, the keys a round left at addr.
+func (m *mover) takeLeft(addr string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := m.left[addr]
+	delete(m.left, addr)
+	return keys
+}
+
+// forgetLeft forgets the keys rounds left: a new change's round lists
+// every server again.
+func (m *mover) forgetLeft() {
+	m.mu.Lock()
+	clear(m.left)
+	m.mu.Unlock()
 }
