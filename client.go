@@ -45,6 +45,7 @@ type Client struct {
 	cfg     clientOptions
 	log     *slog.Logger
 	rt      atomic.Pointer[routing]
+	routed  atomic.Pointer[chan struct{}] // closed once the routing after rt is published (see awaitRouting)
 	pool    *pooled // a replicated or zoned pool's groups, or nil
 
 	inval  *invalLog // the keys each server must forget before it serves them
@@ -55,7 +56,11 @@ type Client struct {
 	loads  *flights  // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
 	tombs  tombs     // whether deletes leave tombstones (see tombstone.go)
 
-	mu      sync.Mutex         // guards servers and the servers' fields it says
+	// refreshing serializes refresh and dropPast, the writers of rt; it is
+	// held across the floors' round trips, which mu is not, so that a
+	// request that takes a server out does not wait for them.
+	refreshing sync.Mutex
+	mu         sync.Mutex         // guards servers and the servers' fields it says
 	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
 	changed chan struct{}      // a change of members or health to apply
 
@@ -136,6 +141,8 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate), calls: newCalls(),
 		loads: &flights{}, tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	routed := make(chan struct{})
+	c.routed.Store(&routed)
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers
 	c.wg.Go(c.run)
@@ -175,6 +182,65 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// publish makes rt the routing, and wakes the requests that wait for it
+// (see awaitRouting). Called with c.refreshing held.
+func (c *Client) publish(rt *routing) {
+	c.rt.Store(rt)
+	next := make(chan struct{})
+	close(*c.routed.Swap(&next))
+}
+
+// awaitRouting waits, within ctx, for a routing after rt, which a server's
+// health made stale: the next one records the stand-ins' gains, and takes
+// their floors, before a write goes there (see gains).
+func (c *Client) awaitRouting(ctx context.Context, rt *routing) error {
+	ch := *c.routed.Load()
+	if c.rt.Load() != rt {
+		return nil
+	}
+	c.signal()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// detach runs f, the part of a request that must not stop halfway (a
+// copy's check, fill or undo), on the Client's context (see detach).
+func (c *Client) detach(ctx context.Context, f func()) error { return detach(ctx, c.ctx, &c.wg, f) }
+
+// detach runs f, whose steps are bounded by themselves (each within the
+// timeout) and must not stop halfway. The caller waits for f until ctx
+// ends, then returns ctx's error and leaves f to finish in the background,
+// in wg, which Close waits for: a request that must end by its deadline
+// ends then so. A ctx that cannot end, or is bg, runs f inline.
+func detach(ctx, bg context.Context, wg *sync.WaitGroup, f func()) error {
+	if ctx.Done() == nil || ctx == bg {
+		f()
+		return nil
+	}
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		f()
+	})
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // finished as ctx ended
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
 // hash returns the hash of key that the Client's rings are read with.
 func (c *Client) hash(key string) uint64 { return c.list.hashing.sum(key) }
 
@@ -207,6 +273,8 @@ func (c *Client) run() {
 // servers' health, and returns when it should run again: when a past ring
 // or a departed server expires.
 func (c *Client) refresh(now time.Time) time.Duration {
+	c.refreshing.Lock()
+	defer c.refreshing.Unlock()
 	c.mu.Lock()
 	var returned []string
 	defer func() {
@@ -303,7 +371,12 @@ func (c *Client) refresh(now time.Time) time.Duration {
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}
-	c.takeFloors(gained) // before rt is read
+	// Before rt is read, without mu: a server's health may change
+	// meanwhile, which rt's readers check (see routing.ownerNow), and
+	// which asks for the next refresh.
+	c.mu.Unlock()
+	c.takeFloors(gained)
+	c.mu.Lock()
 	// A server that left keeps its connections while it may still be read:
 	// a terminating pod in a past ring is read and listed by every handoff
 	// and move, and a connection dialed per request would leave thousands
@@ -318,7 +391,7 @@ func (c *Client) refresh(now time.Time) time.Duration {
 		}
 	}
 	old := c.rt.Load()
-	c.rt.Store(rt)
+	c.publish(rt)
 	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt) || regained) {
 		// New members, or a member back in the live ring (one that
 		// returns after it left is out until it answers): move the keys
@@ -357,6 +430,10 @@ func (c *Client) Stats() ClientStats {
 		sortStats(st.Servers)
 		return st
 	}
+	// After the refresh under way, if any: a server it brings back is
+	// reported up once requests are routed to it.
+	c.refreshing.Lock()
+	defer c.refreshing.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := ClientStats{Moves: c.mover.totals()}
@@ -376,9 +453,11 @@ func (c *Client) Stats() ClientStats {
 // dropPast forgets the past rings: after a FlushAll, no key is handed off
 // from before it.
 func (c *Client) dropPast() {
+	c.refreshing.Lock()
+	defer c.refreshing.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rt := *c.rt.Load()
 	rt.past = nil
-	c.rt.Store(&rt)
+	c.publish(&rt)
 }

@@ -217,8 +217,8 @@ func (g *gains) restarted(s *server, start int64) {
 // now, before the routing that gains are of is published, so that every
 // value this Client writes there afterwards is above it. The servers are
 // asked at once, each within twice the Client's timeout; a gain whose
-// server does not answer in time has no floor. Called with c.mu held: it
-// observes no failure, which would take the lock.
+// server does not answer in time has no floor. It observes no failure: its
+// caller, refresh, is what a failure asks for.
 func (c *Client) takeFloors(gs []*gain) {
 	if len(gs) == 0 || c.closed.Load() {
 		return

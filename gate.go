@@ -35,7 +35,7 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
 		var it *memcache.Item
 		err := s.call(func(w wire) (err error) { it, err = w.Get(ctx, key); return })
-		if err == nil && !c.servable(s, key, c.hash(key), it.CasID) {
+		if err == nil && !c.servable(ctx, s, key, c.hash(key), it.CasID) {
 			return nil // servable deleted it
 		}
 	}
@@ -50,7 +50,7 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 	if failureOf(err) != healthy {
 		return err
 	}
-	c.cleanStandIn(s, key, standIn)
+	c.cleanStandIn(ctx, s, key, standIn)
 	c.inval.done(s, key)
 	return nil
 }
@@ -61,19 +61,19 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 // deletes it there (see afterWrite), until the ring is dropped. By then the
 // copy has expired, as its expiration was capped below the handoff window
 // (see standInExp).
-func (c *Client) cleanStandIn(s *server, key string, standIn *server) {
+func (c *Client) cleanStandIn(ctx context.Context, s *server, key string, standIn *server) {
 	if standIn == nil || standIn == s {
 		return
 	}
 	var buf [4]*server
 	if c.cfg.standInTTL > c.cfg.handoffWindow { // the copy can outlive the past ring
-		c.invalidate(standIn, key, nil)
+		c.invalidate(ctx, standIn, key, nil)
 		return
 	}
 	if slices.Contains(c.rt.Load().previous(c.hash(key), s, time.Now(), buf[:0]), standIn) {
 		return
 	}
-	c.invalidate(standIn, key, nil)
+	c.invalidate(ctx, standIn, key, nil)
 }
 
 // servable reports whether a value of key (of hash h) with CAS id cas,
@@ -82,7 +82,7 @@ func (c *Client) cleanStandIn(s *server, key string, standIn *server) {
 // floor of s: the floor of an overflowed log (s's history was lost), or the
 // one taken when s gained key's slot in a change of ring (see gains). A value
 // below a known floor is deleted there, so that the next write is trusted.
-func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
+func (c *Client) servable(ctx context.Context, s *server, key string, h uint64, cas uint64) bool {
 	if c.copies.overtaken(key) {
 		return false
 	}
@@ -96,10 +96,10 @@ func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 	if f == math.MaxUint64 {
 		return false // the floor is being taken
 	}
-	if c.restartedSince(s, started) {
+	if c.restartedSince(ctx, s, started) {
 		return true
 	}
-	s.call(func(w wire) error { return w.Delete(c.ctx, key) })
+	s.call(func(w wire) error { return w.Delete(ctx, key) })
 	return false
 }
 
@@ -107,13 +107,13 @@ func (c *Client) servable(s *server, key string, h uint64, cas uint64) bool {
 // started at started, and drops the floors taken before its restart if so:
 // its CAS ids start from 1 again, and it holds nothing from before. It asks
 // s at most once a second.
-func (c *Client) restartedSince(s *server, started int64) bool {
+func (c *Client) restartedSince(ctx context.Context, s *server, started int64) bool {
 	now := time.Now().UnixNano()
 	last := s.checked.Load()
 	if now-last < int64(time.Second) || !s.checked.CompareAndSwap(last, now) {
 		return false
 	}
-	start, err := serverStart(c.ctx, s, c.cfg.conn)
+	start, err := serverStart(ctx, s, c.cfg.conn)
 	if err != nil || start == started {
 		return false
 	}
@@ -158,12 +158,12 @@ func (c *Client) floorNow(s *server) {
 // before s is used again. It reports whether key was deleted or logged: as
 // mcrouter's asynclog treats a delete it could not deliver, after it s never
 // serves key's old value.
-func (c *Client) invalidate(s *server, key string, standIn *server) bool {
+func (c *Client) invalidate(ctx context.Context, s *server, key string, standIn *server) bool {
 	if !s.readable() {
 		c.logKey(s, key, standIn)
 		return true
 	}
-	err := s.call(func(w wire) error { return w.Delete(c.ctx, key) })
+	err := s.call(func(w wire) error { return w.Delete(ctx, key) })
 	if f := failureOf(err); f != healthy {
 		if s.status() == gone {
 			c.goneFailed(s, f)
@@ -171,7 +171,7 @@ func (c *Client) invalidate(s *server, key string, standIn *server) bool {
 		c.deleteLater(s, key, standIn)
 		return true
 	}
-	c.cleanStandIn(s, key, standIn)
+	c.cleanStandIn(ctx, s, key, standIn)
 	return err == nil
 }
 
@@ -206,7 +206,7 @@ func (c *Client) logKey(s *server, key string, standIn *server) {
 // deleted key somewhere. A GetOrLoad that starts after it no longer joins
 // the load of key in flight, which may return an older value (see
 // flights.written).
-func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
+func (c *Client) afterWrite(ctx context.Context, h uint64, key string, s *server, err error) bool {
 	c.loads.written(key)
 	rt := c.rt.Load()
 	deleted := false
@@ -224,12 +224,12 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 			// The server answered: the write did not happen, and the value
 			// there is as before (see answered).
 		case f == refused || f == timedOut || f == broken:
-			deleted = c.invalidate(s, key, nil)
+			deleted = c.invalidate(ctx, s, key, nil)
 		}
 	}
 	b := rt.baseOwner(h)
 	if b != nil && b != s {
-		deleted = c.invalidate(b, key, c.standInFor(b, s)) || deleted
+		deleted = c.invalidate(ctx, b, key, c.standInFor(b, s)) || deleted
 	}
 	if len(rt.past) == 0 {
 		return deleted
@@ -237,7 +237,7 @@ func (c *Client) afterWrite(h uint64, key string, s *server, err error) bool {
 	var buf [4]*server
 	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
 		if p != b {
-			deleted = c.invalidate(p, key, nil) || deleted
+			deleted = c.invalidate(ctx, p, key, nil) || deleted
 		}
 	}
 	return deleted

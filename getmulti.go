@@ -72,7 +72,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 				err = b.s.call(func(w wire) (err error) { items, err = w.GetMulti(ctx, ks); return })
 			}
 			for k, it := range items {
-				if !c.servable(b.s, k, c.hash(k), it.CasID) {
+				if !c.servable(ctx, b.s, k, c.hash(k), it.CasID) {
 					delete(items, k)
 				}
 			}
@@ -171,26 +171,35 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 				ks[j] = keys[i]
 				sts[j] = c.copies.begin(keys[i])
 			}
-			defer func() {
+			end := func() { // by the copies' part, which may outlive ctx
 				for j, i := range b.keys {
 					c.copies.done(keys[i], sts[j])
 				}
-			}()
+			}
 			var items map[string]*memcache.Item
 			err := b.s.call(func(w wire) (err error) { items, err = w.GetMultiForCopy(ctx, ks, c.handoffTTL()); return })
 			if f := failureOf(err); f != healthy && f != abandoned {
 				c.sourceFailed(b.s, f, err)
 			}
-			for j, i := range b.keys {
-				if it := items[keys[i]]; it != nil && c.servable(b.s, keys[i], hashes[i], it.CasID) {
-					if cp, _ := c.copyTo(ctx, owner[i], b.s, it, sts[j], HandoffRead); cp != nil {
-						cp.Expiration = 0 // as gomemcache's GetMulti
-						mu.Lock()
-						found[keys[i]] = cp
-						mu.Unlock()
+			copied := make([]*memcache.Item, len(b.keys))
+			if c.detach(ctx, func() { // see copyTo
+				defer end()
+				for j, i := range b.keys {
+					if it := items[keys[i]]; it != nil && c.servable(c.ctx, b.s, keys[i], hashes[i], it.CasID) {
+						copied[j], _ = c.copyTo(owner[i], b.s, it, sts[j], HandoffRead)
 					}
 				}
+			}) != nil {
+				return
 			}
+			mu.Lock()
+			for j, i := range b.keys {
+				if cp := copied[j]; cp != nil {
+					cp.Expiration = 0 // as gomemcache's GetMulti
+					found[keys[i]] = cp
+				}
+			}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()

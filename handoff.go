@@ -138,9 +138,14 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 		return nil, copied{}, memcache.ErrCacheMiss
 	}
 	// The copy is registered before its source is read, so that a write or
-	// delete from then on overtakes it (see copies).
+	// delete from then on overtakes it (see copies); copyTo's part ends it.
 	st := c.copies.begin(key)
-	defer c.copies.done(key, st)
+	ended := false
+	defer func() {
+		if !ended {
+			c.copies.done(key, st)
+		}
+	}()
 	var buf [4]*server
 	failed := false
 	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
@@ -164,13 +169,21 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 			failed = true
 			continue
 		}
-		if err != nil || !c.servable(p, key, h, it.CasID) {
+		if err != nil || !c.servable(ctx, p, key, h, it.CasID) {
 			continue // a miss
 		}
 		if touch {
 			it.Expiration = exp
 		}
-		cp, at := c.copyTo(ctx, s, p, it, st, cause)
+		var cp *memcache.Item
+		var at bool
+		ended = true
+		if err := c.detach(ctx, func() {
+			defer c.copies.done(key, st)
+			cp, at = c.copyTo(s, p, it, st, cause)
+		}); err != nil {
+			return nil, copied{}, err
+		}
 		if cp == nil {
 			err = memcache.ErrCacheMiss
 		}
@@ -185,6 +198,9 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 // (see copies) before it reads p, and ends it after. at tells whether s
 // holds the key now, copied or there before; where it does not, p keeps
 // it. A move (cause HandoffMove) serves nobody: its copy is not read back.
+// Its steps run on the Client's context, each within the timeout: a copy
+// that stopped halfway would leave a placeholder, or a key at two servers.
+// A caller that cannot wait runs it detached (see Client.detach).
 //
 // The copy first reserves the key at s (see wire.Reserve): a placeholder,
 // which readers take for a miss. Then p is read again: if its value
@@ -203,26 +219,26 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 // move, which runs after such copies fill (s's value is present, not a
 // placeholder), deletes p's if unchanged: no server keeps a key it does
 // not own. Where s failed, p keeps the key for the next read.
-func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
+func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
 	cp := c.copyOf(s, it)
 	var present *memcache.Item
 	var stub uint64
 	var reserved bool
 	reserve := func() error {
 		return s.call(func(w wire) (err error) {
-			present, stub, reserved, err = w.Reserve(ctx, it.Key, c.reserveTTL())
+			present, stub, reserved, err = w.Reserve(c.ctx, it.Key, c.reserveTTL())
 			return
 		})
 	}
 	err := reserve()
-	if err == nil && present != nil && cause == HandoffMove && !c.servable(s, it.Key, c.hash(it.Key), present.CasID) {
+	if err == nil && present != nil && cause == HandoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
 		// An old value of s's, from before it gained the key's slot,
 		// which servable deleted (a read at s would have): reserve again.
 		err = reserve()
 	}
 	switch {
 	case errors.Is(err, errNoReserve):
-		return c.addCopy(ctx, s, p, it, &cp, st, cause)
+		return c.addCopy(s, p, it, &cp, st, cause)
 	case err != nil:
 		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it), false
@@ -240,7 +256,7 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present), true
 	case !reserved: // another copy is under way: this read is served from p, unless deleted since
-		if tomb, err := c.entombed(ctx, s, it.Key); tomb || err != nil {
+		if tomb, err := c.entombed(c.ctx, s, it.Key); tomb || err != nil {
 			return nil, false
 		}
 		return c.unlessOvertaken(st, it), false
@@ -252,7 +268,7 @@ func (c *Client) copyTo(ctx context.Context, s, p *server, it *memcache.Item, st
 		c.reportHandoff(p, s, cause, HandoffUndone)
 		return nil, false
 	}
-	if tomb, err := c.entombed(ctx, s, it.Key); tomb || err != nil {
+	if tomb, err := c.entombed(c.ctx, s, it.Key); tomb || err != nil {
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
 		c.reportHandoff(p, s, cause, HandoffUndone)
 		if err != nil { // the copy cannot tell: p keeps the key
@@ -307,8 +323,8 @@ func (c *Client) readBack(s *server, it *memcache.Item, exp int32, st *copyState
 // went, or a write or delete of this client's overtook it. Between the add
 // and the undo, another client can read the copy (see the README's
 // "Consistency").
-func (c *Client) addCopy(ctx context.Context, s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
-	err := s.call(func(w wire) error { return w.Store(ctx, opAdd, cp) })
+func (c *Client) addCopy(s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
+	err := s.call(func(w wire) error { return w.Store(c.ctx, opAdd, cp) })
 	switch {
 	case err == nil:
 		var now *memcache.Item
@@ -350,14 +366,14 @@ func (c *Client) undoCopy(s *server, cp *memcache.Item) {
 	case errors.Is(err, memcache.ErrCacheMiss):
 		return
 	case err != nil:
-		c.invalidate(s, cp.Key, nil)
+		c.invalidate(c.ctx, s, cp.Key, nil)
 		return
 	case !bytes.Equal(got.Value, cp.Value) || got.Flags != cp.Flags:
 		return // a newer write's
 	}
 	got.Expiration = -1 // expired at once: memcached's delete-if-unchanged
 	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, got) }); err != nil && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
-		c.invalidate(s, cp.Key, nil)
+		c.invalidate(c.ctx, s, cp.Key, nil)
 	}
 }
 

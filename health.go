@@ -51,7 +51,9 @@ func (c *Client) takeOut(s *server, soft bool, err error) {
 	if c.markDown(s, soft) {
 		c.log.Warn("server out for this client: its keys go to the next server until it answers", keyServer, s.addr.str, keyError, err)
 		c.reportHealth(s, ServerOut, "", err)
-		c.refresh(time.Now()) // so that its stand-ins' gains are known before they serve its keys
+		// The next routing, which the run loop builds, has the stand-ins'
+		// gains: until then a value read at a stand-in is not served, and
+		// a write there waits for it, within its context (see Client.do).
 		c.signal()
 	} else if s.status() == up && !s.keptIn.Swap(true) {
 		c.log.Error("server failing, but as many servers are out as the Client allows: it stays in", keyServer, s.addr.str, keyError, err)

@@ -134,6 +134,10 @@ func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, loa
 	})
 }
 
+// errLeaseMoved is a load's set not sent: the key's server changed since
+// its lease was taken (see storeLoaded).
+var errLeaseMoved = errors.New("selector: the key's server changed during its load: the value is not cached")
+
 // leaseRead is what a lease read (mg with N) found at a server.
 type leaseRead struct {
 	classic bool           // the server has no leases: the read was a plain Get
@@ -198,7 +202,7 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load L
 				it.Expiration = 0
 				return it, nil
 			}
-			return loadItem(ctx, key, load, func(it *memcache.Item) { c.storeLoaded(ctx, opAdd, it, 0) })
+			return loadItem(ctx, key, load, func(it *memcache.Item) { c.storeLoaded(ctx, opAdd, it, 0, nil) })
 		case errors.Is(err, memcache.ErrCacheMiss) && ls.cas != 0:
 			// The gate refused the value there: it is replaced, unless it
 			// changed meanwhile.
@@ -212,7 +216,7 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load L
 			return c.loadAndSet(ctx, key, load, holdOf(s, ls.cas, true), others, opt)
 		case ls.won:
 			return c.loadAndSet(ctx, key, load, holdOf(s, ls.cas, true), others, opt)
-		case ls.stale && opt.Stale && ls.item != nil && s == c.rt.Load().baseOwner(h) && c.servable(s, key, h, ls.cas):
+		case ls.stale && opt.Stale && ls.item != nil && s == c.rt.Load().baseOwner(h) && c.servable(ctx, s, key, h, ls.cas):
 			return ls.item, nil
 		}
 		// Another caller holds the lease: wait for its value.
@@ -253,7 +257,7 @@ func (c *Client) handoffLease(ctx context.Context, h uint64, key string, s *serv
 	case err != nil:
 		return nil, false, nil
 	}
-	if err := c.storeLoaded(ctx, opCAS, it, cas); err != nil { // with the remaining expiration it had there
+	if err := c.storeLoaded(ctx, opCAS, it, cas, s); err != nil { // with the remaining expiration it had there
 		c.release(s, key, cas)
 	}
 	it.Expiration = 0
@@ -299,7 +303,7 @@ func (c *Client) loadAndSet(ctx context.Context, key string, load LoadFunc, h le
 			// A set that failed releases its lease: it lost to a change of
 			// the key (then the release fails too), or it went to another
 			// server (the key's changed meanwhile), or it failed.
-			err := h.c.storeLoaded(ctx, opCAS, it, h.cas)
+			err := h.c.storeLoaded(ctx, opCAS, it, h.cas, h.s)
 			if err != nil {
 				h.release(key)
 			}
@@ -341,17 +345,25 @@ func loadItem(ctx context.Context, key string, load LoadFunc, store func(*memcac
 }
 
 // storeLoaded writes it, a loaded value, at its key's server as kind (a
-// compare-and-swap on cas, or an add), with the cleanup of any write.
-func (c *Client) storeLoaded(ctx context.Context, kind opKind, it *memcache.Item, cas uint64) error {
+// compare-and-swap on cas, or an add), with the cleanup of any write. A
+// compare-and-swap on the CAS read at a server, at, is sent only while at
+// is still the key's server, as mcrouter sends a lease's set back to the
+// server that issued it: after a change or a failover, the token means
+// nothing at the new server, where it could match another value's CAS by
+// chance and overwrite a newer value. The value is then not cached.
+func (c *Client) storeLoaded(ctx context.Context, kind opKind, it *memcache.Item, cas uint64, at *server) error {
 	cp := *it
 	cp.CasID = cas
-	r := keyOp{ctx: ctx, kind: kind, key: it.Key, item: &cp}
+	r := keyOp{ctx: ctx, kind: kind, key: it.Key, item: &cp, only: at}
 	h := c.hash(it.Key)
 	s, err := c.do(h, &r)
+	if errors.Is(err, errLeaseMoved) {
+		return err // not sent: nothing to clean up
+	}
 	if s != nil && err != nil && refusedStore(err) {
 		c.notCached(ctx, s, it.Key, len(it.Value))
 	}
-	c.afterWrite(h, it.Key, s, err)
+	c.afterWrite(ctx, h, it.Key, s, err)
 	return err
 }
 
@@ -408,13 +420,13 @@ func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error
 	if rt := c.rt.Load(); len(rt.past) > 0 {
 		var buf [4]*server
 		for _, p := range rt.previous(h, rt.owner(h), time.Now(), buf[:0]) {
-			deleted = c.invalidate(p, key, nil) || deleted
+			deleted = c.invalidate(ctx, p, key, nil) || deleted
 		}
 	}
 	c.entombAt(ctx, h, key)
 	r := keyOp{ctx: ctx, kind: opInvalidate, key: key, exp: int32(StaleTTL / time.Second)}
 	s, err := c.do(h, &r)
-	if c.afterWrite(h, key, s, err) {
+	if c.afterWrite(ctx, h, key, s, err) {
 		deleted = true
 	}
 	if deleted && errors.Is(err, memcache.ErrCacheMiss) {

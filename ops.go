@@ -23,19 +23,22 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		if s == nil {
 			return nil, c.noServers()
 		}
-		err = nil
-		if newStandIn && r.kind.inPlace() { // an old value there would leak into the result
-			err = s.call(func(w wire) error { return w.Delete(c.ctx, r.key) })
-			if failureOf(err) == healthy {
-				err = nil
+		if r.only != nil && s != r.only {
+			return nil, errLeaseMoved
+		}
+		if newStandIn && r.kind != opGet && r.kind != opDelete {
+			// A write waits for the routing that knows the stand-in's
+			// gains: one written there before their floors would be
+			// below them, and lost. A read there is a miss (below).
+			if err = c.awaitRouting(r.ctx, rt); err != nil {
+				return nil, err
 			}
+			continue
 		}
-		if err == nil {
-			err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
-		}
+		err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
 		if err == nil {
 			err = c.runOp(s, r, s != rt.baseOwner(h))
-			if err == nil && r.got != nil && (newStandIn || !c.servable(s, r.key, h, r.got.CasID)) {
+			if err == nil && r.got != nil && (newStandIn || !c.servable(r.ctx, s, r.key, h, r.got.CasID)) {
 				r.got, err = nil, memcache.ErrCacheMiss
 			}
 		}
@@ -84,7 +87,7 @@ func (c *Client) write(r *keyOp) (bool, error) {
 	s, err := c.do(h, r)
 	// Even with no server to write to (all out), the key's server must
 	// forget it.
-	return c.afterWrite(h, r.key, s, err), err
+	return c.afterWrite(r.ctx, h, r.key, s, err), err
 }
 
 // GetContext gets the item for key, as memcache.Client.Get. It fails over,
@@ -107,7 +110,7 @@ func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, 
 // a repair copies it so (see pooled.repair).
 func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.Item, error) {
 	if c.pool != nil {
-		return c.pool.get(key, func(g *Client) (*memcache.Item, error) { return g.getItem(ctx, key, c.pool.miss) })
+		return c.pool.get(ctx, key, func(g *Client) (*memcache.Item, error) { return g.getItem(ctx, key, c.pool.miss) })
 	}
 	r := keyOp{ctx: ctx, kind: opGet, key: key, ttl: ttl}
 	return c.get(&r, c.handoffTTL())
@@ -122,7 +125,7 @@ func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration 
 	}
 	defer c.calls.leave()
 	if c.pool != nil {
-		it, err := c.pool.get(key, func(g *Client) (*memcache.Item, error) {
+		it, err := c.pool.get(ctx, key, func(g *Client) (*memcache.Item, error) {
 			it, err := g.GetAndTouchContext(ctx, key, expiration)
 			if it != nil {
 				it.Expiration = expiration // what a repair gives its copies
@@ -289,13 +292,13 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 	if rt := c.rt.Load(); len(rt.past) > 0 {
 		var buf [4]*server
 		for _, p := range rt.previous(h, rt.owner(h), time.Now(), buf[:0]) {
-			deleted = c.invalidate(p, key, nil) || deleted
+			deleted = c.invalidate(ctx, p, key, nil) || deleted
 		}
 	}
 	c.entombAt(ctx, h, key)
 	r := keyOp{ctx: ctx, kind: opDelete, key: key}
 	s, err := c.do(h, &r)
-	if c.afterWrite(h, key, s, err) { // s may be nil: the key's server must forget it even so
+	if c.afterWrite(ctx, h, key, s, err) { // s may be nil: the key's server must forget it even so
 		deleted = true
 	}
 	if deleted && errors.Is(err, memcache.ErrCacheMiss) {
@@ -350,7 +353,7 @@ func (c *Client) change(r *keyOp) error {
 			s, err = c.do(h, r)
 		}
 	}
-	c.afterWrite(h, r.key, s, err)
+	c.afterWrite(r.ctx, h, r.key, s, err)
 	return err
 }
 

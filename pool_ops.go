@@ -2,6 +2,7 @@ package selector
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -9,22 +10,41 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// get reads key from the groups in this client's order (see Pool).
-func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (*memcache.Item, error) {
+// get reads key from the groups in this client's order (see Pool). A
+// repair that outlives ctx goes on in the background (see detach).
+func (pl *pooled) get(ctx context.Context, key string, get func(c *Client) (*memcache.Item, error)) (*memcache.Item, error) {
 	var missed []*group
 	err := ErrNoServers
 	// A repair (with miss failover) is registered before the reads it
-	// copies from (see copies).
+	// copies from (see copies), and ended by it.
 	var st *copyState
+	repairing := false
 	if pl.miss {
 		st = pl.copies.begin(key)
-		defer pl.copies.done(key, st)
+		defer func() {
+			if !repairing {
+				pl.copies.done(key, st)
+			}
+		}()
 	}
 	for _, g := range pl.view.Load().reads {
 		it, gerr := get(g.c)
 		switch {
+		case gerr == nil && len(missed) > 0: // with miss failover: st is registered
+			ok := false
+			repairing = true
+			if err := detach(ctx, nil, &pl.wg, func() {
+				defer pl.copies.done(key, st)
+				ok = pl.repair(missed, g, it, st)
+			}); err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, memcache.ErrCacheMiss
+			}
+			return it, nil
 		case gerr == nil:
-			if !pl.repair(missed, g, it, st) {
+			if pl.copies.check(st) { // a write or delete overtook the read
 				return nil, memcache.ErrCacheMiss
 			}
 			return it, nil
@@ -57,9 +77,6 @@ func (pl *pooled) get(key string, get func(c *Client) (*memcache.Item, error)) (
 // so that a classic copy that another client added before the first pass
 // ended is gone after the second.
 func (pl *pooled) repair(missed []*group, g *group, it *memcache.Item, st *copyState) bool {
-	if len(missed) == 0 {
-		return !pl.copies.check(st)
-	}
 	holds := make([]copyHold, len(missed))
 	for i, m := range missed {
 		holds[i] = m.c.reserveCopy(it) // it has its remaining expiration (see Client.getItem)
@@ -323,10 +340,10 @@ func (c *Client) forget(key string) {
 	rt := c.rt.Load()
 	b, s := rt.baseOwner(h), rt.owner(h)
 	if s != nil && s != b {
-		c.invalidate(s, key, nil)
+		c.invalidate(c.ctx, s, key, nil)
 	}
-	c.afterWrite(h, key, s, nil)
+	c.afterWrite(c.ctx, h, key, s, nil)
 	if b != nil {
-		c.invalidate(b, key, nil)
+		c.invalidate(c.ctx, b, key, nil)
 	}
 }

@@ -111,7 +111,7 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 			if c.ctx.Err() != nil {
 				return
 			}
-			c.cleanStandIn(s, k, t)
+			c.cleanStandIn(c.ctx, s, k, t)
 		}
 		for c.ctx.Err() == nil && s.status() == up && s.pending.Load() {
 			keys := c.inval.keys(s)

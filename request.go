@@ -68,6 +68,7 @@ type keyOp struct {
 	ttl   bool           // for Get: the item's Expiration is its remaining one (see wire.GetForCopy)
 	delta uint64         // for Increment and Decrement
 	lease *leaseRead     // for opLease: what the read found (see leaseRead)
+	only  *server        // if not nil, the one server it may run at (see storeLoaded)
 
 	got *memcache.Item // a read's item
 	n   uint64         // a counter's new value

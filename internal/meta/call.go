@@ -67,6 +67,7 @@ type call struct {
 	batch *batch
 
 	sent time.Time // when it was queued: its reply is due by sent+timeout
+	n    uint64    // its place among the Conn's requests (see Conn.answered)
 	rep  Reply
 	err  error
 }

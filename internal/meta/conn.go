@@ -99,6 +99,7 @@ type Conn struct {
 
 	outstanding atomic.Int32 // requests queued and not yet answered
 	failed      atomic.Bool
+	answered    atomic.Uint64 // requests whose replies were read: the first that many queued (see Pool's pins)
 
 	mu      sync.Mutex
 	wbuf    []byte  // encoded requests waiting for the writer
@@ -108,6 +109,7 @@ type Conn struct {
 	head    int
 	err     error  // why the connection is closed; nil while open
 	seq     uint32 // the last opaque sent
+	queued  uint64 // requests ever queued
 
 	// The read role, under mu.
 	leading     bool            // a caller holds it
@@ -229,6 +231,8 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 	cl.setOpaque(c.seq)
 	c.wbuf = cl.encode(c.wbuf)
 	cl.sent = time.Now()
+	c.queued++
+	cl.n = c.queued
 	c.queue = append(c.queue, cl)
 	c.outstanding.Add(1)
 	if !c.writing {
@@ -257,9 +261,9 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
-		if cl.state.CompareAndSwap(callWaiting, callAbandoned) {
+		if n := cl.n; cl.state.CompareAndSwap(callWaiting, callAbandoned) {
 			// Whoever reads its reply recycles cl.
-			return ctxError(o, key, ctx.Err())
+			return &abandonedError{ctxError(o, key, ctx.Err()), c, n}
 		}
 		<-cl.done
 	}
@@ -268,6 +272,23 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 	}
 	return nil
 }
+
+// abandonedError is the error of a request whose caller left after it was
+// queued: it may still run, until the Conn has read its reply (see
+// Pool's pins), which is its nth.
+type abandonedError struct {
+	err error
+	c   *Conn
+	n   uint64
+}
+
+func (e *abandonedError) Error() string { return e.err.Error() }
+func (e *abandonedError) Unwrap() error { return e.err }
+
+// settled reports whether the abandoned request can no longer run after a
+// request queued now on another connection: its reply was read, or its
+// connection failed (see Pool's pins for what that leaves).
+func (e *abandonedError) settled() bool { return e.c.answered.Load() >= e.n || e.c.failed.Load() }
 
 func ctxError(o op, key string, err error) error {
 	if key == "" {

@@ -24,6 +24,13 @@ const DefaultMaxConns = 2
 // on demand. A request is never retried: a request whose connection fails
 // returns that failure.
 //
+// A request of one key whose caller left (its context ended) may still
+// run; until its reply is read, the key is pinned to its connection: the
+// next requests of the key go there too, and memcached runs them after
+// it, so that an abandoned write never lands after a later write or
+// delete. A connection that fails unpins its keys; a request it had sent
+// to a server that hangs may then still run when the server resumes.
+//
 // The zero Pool is not usable; call [NewPool].
 type Pool struct {
 	dial     func(ctx context.Context) (net.Conn, error)
@@ -31,8 +38,11 @@ type Pool struct {
 	max      int
 	maxValue atomic.Int64 // the bound on a value read, shared by the connections
 
+	npins    atomic.Int32 // len(pins): the request path's fast check
+
 	mu       sync.Mutex
 	conns    []*Conn
+	pins     map[string]*abandonedError // key -> a request of it its caller left, not yet settled
 	dialing  int
 	dialDone chan struct{} // closed and replaced whenever a dial ends
 	closed   bool
@@ -196,40 +206,97 @@ func (p *Pool) Detect(ctx context.Context) error {
 	return err
 }
 
+// keyConn picks the connection for a request of key: the one key is
+// pinned to, if any (see Pool), else as conn does.
+func (p *Pool) keyConn(ctx context.Context, key string) (*Conn, error) {
+	if p.npins.Load() != 0 {
+		p.mu.Lock()
+		ae := p.pins[key]
+		if ae != nil && ae.settled() {
+			p.unpinLocked(key)
+			ae = nil
+		}
+		p.mu.Unlock()
+		if ae != nil {
+			return ae.c, nil
+		}
+	}
+	return p.conn(ctx)
+}
+
+// pin pins key to the connection of err's request, if its caller left it
+// (see Pool). Settled pins are swept as pins are added, so that the keys
+// never asked again do not pile up.
+func (p *Pool) pin(key string, err error) {
+	var ae *abandonedError
+	if err == nil || !errors.As(err, &ae) || ae.settled() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pins == nil {
+		p.pins = map[string]*abandonedError{}
+	}
+	if len(p.pins) >= 64 && len(p.pins)&(len(p.pins)-1) == 0 { // at each power of two
+		for k, e := range p.pins {
+			if e.settled() {
+				p.unpinLocked(k)
+			}
+		}
+	}
+	if p.pins[key] == nil {
+		p.npins.Add(1)
+	}
+	p.pins[key] = ae // the later request: it runs after any earlier one there
+}
+
+func (p *Pool) unpinLocked(key string) {
+	delete(p.pins, key)
+	p.npins.Add(-1)
+}
+
 // Get is [Conn.Get] on one of p's connections.
 func (p *Pool) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
-	c, err := p.conn(ctx)
+	c, err := p.keyConn(ctx, key)
 	if err != nil {
 		return Item{}, err
 	}
-	return c.Get(ctx, key, o)
+	it, err := c.Get(ctx, key, o)
+	p.pin(key, err)
+	return it, err
 }
 
 // Set is [Conn.Set] on one of p's connections.
 func (p *Pool) Set(ctx context.Context, key string, value []byte, o SetOptions) (Item, error) {
-	c, err := p.conn(ctx)
+	c, err := p.keyConn(ctx, key)
 	if err != nil {
 		return Item{}, err
 	}
-	return c.Set(ctx, key, value, o)
+	it, err := c.Set(ctx, key, value, o)
+	p.pin(key, err)
+	return it, err
 }
 
 // Delete is [Conn.Delete] on one of p's connections.
 func (p *Pool) Delete(ctx context.Context, key string, o DeleteOptions) error {
-	c, err := p.conn(ctx)
+	c, err := p.keyConn(ctx, key)
 	if err != nil {
 		return err
 	}
-	return c.Delete(ctx, key, o)
+	err = c.Delete(ctx, key, o)
+	p.pin(key, err)
+	return err
 }
 
 // Arith is [Conn.Arith] on one of p's connections.
 func (p *Pool) Arith(ctx context.Context, key string, o ArithOptions) (Counter, error) {
-	c, err := p.conn(ctx)
+	c, err := p.keyConn(ctx, key)
 	if err != nil {
 		return Counter{}, err
 	}
-	return c.Arith(ctx, key, o)
+	n, err := c.Arith(ctx, key, o)
+	p.pin(key, err)
+	return n, err
 }
 
 // GetMulti is [Conn.GetMulti] on one of p's connections: all of keys go to

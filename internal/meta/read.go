@@ -17,7 +17,7 @@ const maxDrain = 64
 // before own's reply begins; then it passes the role on, reading first
 // the replies already buffered. It returns as do does.
 func (c *Conn) lead(ctx context.Context, own *call) error {
-	o, key := own.op, own.key
+	o, key, n := own.op, own.key, own.n
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, c.interrupt)()
 	}
@@ -31,7 +31,7 @@ func (c *Conn) lead(ctx context.Context, own *call) error {
 			own.err = fatal
 		case stopped:
 			c.pass(own)
-			return ctxError(o, key, ctx.Err())
+			return &abandonedError{ctxError(o, key, ctx.Err()), c, n}
 		case fatal != nil:
 			if cl.err == nil {
 				cl.err = fatal
@@ -182,6 +182,7 @@ func (c *Conn) popLocked(cl *call) {
 	}
 	c.queue[c.head] = nil
 	c.head++
+	c.answered.Add(1)
 	if c.head >= 64 && 2*c.head >= len(c.queue) {
 		n := copy(c.queue, c.queue[c.head:])
 		clear(c.queue[n:])
