@@ -46,7 +46,7 @@ type Client struct {
 	log     *slog.Logger
 	rt      atomic.Pointer[routing]
 	routed  atomic.Pointer[chan struct{}] // closed once the routing after rt is published (see awaitRouting)
-	pool    *pooled // a replicated or zoned pool's groups, or nil
+	pool    *pooled                       // a replicated or zoned pool's groups, or nil
 
 	inval  *invalLog // the keys each server must forget before it serves them
 	outs   *outCap   // the cap on servers out after timeouts, shared by a pool's groups
@@ -61,8 +61,8 @@ type Client struct {
 	// request that takes a server out does not wait for them.
 	refreshing sync.Mutex
 	mu         sync.Mutex         // guards servers and the servers' fields it says
-	servers map[string]*server // by address: the members, and those that left within cfg.departedKeep
-	changed chan struct{}      // a change of members or health to apply
+	servers    map[string]*server // by address: the members, and those that left within cfg.departedKeep
+	changed    chan struct{}      // a change of members or health to apply
 
 	calls       *calls                // the calls in flight, which Close waits for
 	cause       atomic.Pointer[error] // the last failure that can take a server out (see noServers)

@@ -38,7 +38,7 @@ type Pool struct {
 	max      int
 	maxValue atomic.Int64 // the bound on a value read, shared by the connections
 
-	npins    atomic.Int32 // len(pins): the request path's fast check
+	npins atomic.Int32 // len(pins): the request path's fast check
 
 	mu       sync.Mutex
 	conns    []*Conn
