@@ -182,33 +182,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// publish makes rt the routing, and wakes the requests that wait for it
-// (see awaitRouting). Called with c.refreshing held.
-func (c *Client) publish(rt *routing) {
-	c.rt.Store(rt)
-	next := make(chan struct{})
-	close(*c.routed.Swap(&next))
-}
-
-// awaitRouting waits, within ctx, for a routing after rt, which a server's
-// health made stale: the next one records the stand-ins' gains, and takes
-// their floors, before a write goes there (see gains).
-func (c *Client) awaitRouting(ctx context.Context, rt *routing) error {
-	ch := *c.routed.Load()
-	if c.rt.Load() != rt {
-		return nil
-	}
-	c.signal()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.ctx.Done():
-		return ErrClosed
-	}
-}
-
 // detach runs f, the part of a request that must not stop halfway (a
 // copy's check, fill or undo), on the Client's context (see detach).
 func (c *Client) detach(ctx context.Context, f func()) error { return detach(ctx, c.ctx, &c.wg, f) }
