@@ -248,6 +248,11 @@ func (c *Client) run() {
 func (c *Client) refresh(now time.Time) time.Duration {
 	c.refreshing.Lock()
 	defer c.refreshing.Unlock()
+	return c.refreshLocked(now)
+}
+
+// refreshLocked is refresh, with c.refreshing held.
+func (c *Client) refreshLocked(now time.Time) time.Duration {
 	c.mu.Lock()
 	var returned []string
 	defer func() {

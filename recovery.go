@@ -67,9 +67,13 @@ func (c *Client) recover(s *server) bool {
 		c.inval.clearOverflow(s)
 	}
 
+	// Up, and routed to, in one step for Stats (which waits for a
+	// refresh under way): a server reported back is one requests go to.
+	c.refreshing.Lock()
 	c.mu.Lock()
 	if s.status() != down {
 		c.mu.Unlock()
+		c.refreshing.Unlock()
 		return s.status() == up
 	}
 	if s.soft {
@@ -81,10 +85,11 @@ func (c *Client) recover(s *server) bool {
 	if overflowed { // a FlushAll or an overflow while it was being decided
 		c.floorNow(s)
 	}
+	c.refreshLocked(time.Now())
+	c.refreshing.Unlock()
 	c.log.Info("server back for this client", keyServer, s.addr.str, "restarted", restarted, "invalidations", n)
 	c.reportBack(s, restarted)
-	c.refresh(time.Now()) // routed to before recover returns
-	c.signal()            // and the run loop's timer follows the new past ring
+	c.signal() // and the run loop's timer follows the new past ring
 	c.drain(s, standIns)
 	return true
 }
