@@ -228,8 +228,16 @@ func (p *Pool) keyConn(ctx context.Context, key string) (*Conn, error) {
 // (see Pool). Settled pins are swept as pins are added, so that the keys
 // never asked again do not pile up.
 func (p *Pool) pin(key string, err error) {
+	if err == nil { // the request path: no error, no allocation
+		return
+	}
+	p.pinAbandoned(key, err)
+}
+
+// pinAbandoned is pin for a request that failed.
+func (p *Pool) pinAbandoned(key string, err error) {
 	var ae *abandonedError
-	if err == nil || !errors.As(err, &ae) || ae.settled() {
+	if !errors.As(err, &ae) || ae.settled() {
 		return
 	}
 	p.mu.Lock()
