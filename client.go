@@ -272,6 +272,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 				cc.log = c.log
 				s = newServer(m.addr, cc)
 				c.servers[m.addr.str] = s
+				c.learn(s)
 			case s.status() == gone: // it returns, maybe with values that were overwritten since
 				s.downAt, s.soft = s.left, false
 				s.left = time.Time{}
@@ -345,7 +346,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	for _, p := range rt.past {
 		next = min(next, p.until.Sub(now))
 	}
-	gained, lost := c.gains.record(c.rt.Load(), rt)
+	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}
@@ -353,7 +354,10 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	// meanwhile, which rt's readers check (see routing.ownerNow), and
 	// which asks for the next refresh.
 	c.mu.Unlock()
-	c.takeFloors(gained)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.takeFloors(gained) })
+	c.noteLosses(losses)
+	wg.Wait()
 	c.mu.Lock()
 	// A server that left keeps its connections while it may still be read:
 	// a terminating pod in a past ring is read and listed by every handoff
@@ -370,6 +374,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	}
 	old := c.rt.Load()
 	c.publish(rt)
+	c.noteLossesAgain(losses)
 	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt) || regained) {
 		// New members, or a member back in the live ring (one that
 		// returns after it left is out until it answers): move the keys

@@ -53,11 +53,15 @@ type gainRun struct {
 
 // record notes the slots that old and new give to different servers. It
 // returns the gains whose floors are to be taken (see Client.takeFloors),
-// and the gains those slots had in old, for old's past ring (see
-// past.gains): runs in slot order.
-func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun) {
+// the gains those slots had in old, for old's past ring (see past.gains):
+// runs in slot order, and the slots each server of old lost, for its
+// record (see lostKey).
+func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses []loss) {
+	if old != nil && old.live != nil && old.live.alt == nil && new.live == nil {
+		return nil, nil, lostAll(old) // every server left (a replicated pool's pod; a zone)
+	}
 	if old == nil || old.live == nil || new.live == nil || old.live.alt != nil || new.live.alt != nil || sameServers(old, new) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -77,11 +81,13 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun) {
 	// with its floor (see of).
 	ot, nt := &old.live.table, &new.live.table
 	byServer := map[*server]uint32{}
+	byLoser := map[*server]int{}
 	for i := range uint64(1 << slotBits) {
-		ns := new.liveSrv[nt.owner(i)]
-		if ns == old.liveSrv[ot.owner(i)] {
+		ns, os := new.liveSrv[nt.owner(i)], old.liveSrv[ot.owner(i)]
+		if ns == os {
 			continue
 		}
+		losses = addLost(losses, byLoser, os, uint32(i))
 		if _, ok := byServer[ns]; !ok {
 			e := &gain{s: ns}
 			e.floor.Store(math.MaxUint64)
@@ -104,7 +110,75 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun) {
 			g.slots[i].Store(byServer[ns])
 		}
 	}
-	return added, lost
+	return added, lost, losses
+}
+
+// learn adds the floors of s's record of lost slots (see lostKey) to the
+// slots that s owns in rt and that no change this Client saw moved: a
+// value of such a slot below its floor predates a time the slot was
+// elsewhere. A slot a change moved has the gain of that change, which is
+// later. The gains are published before any slot refers to them (see
+// record). Called with the Client's refreshing held, so that rt is the
+// routing the next change is recorded from.
+func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
+	if len(rec.runs) == 0 || rt == nil || rt.live == nil || rt.live.alt != nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.slots == nil {
+		g.slots = make([]atomic.Uint32, 1<<slotBits)
+	}
+	evs := g.list()
+	if len(evs) > maxGainEvents {
+		evs = g.compact(evs, rt.past)
+	}
+	byFloor := map[uint64]uint32{}
+	for _, r := range rec.runs {
+		if _, ok := byFloor[r.floor]; !ok {
+			e := &gain{s: s}
+			e.floor.Store(r.floor)
+			e.started.Store(rec.start)
+			byFloor[r.floor] = uint32(len(evs))
+			evs = append(evs, e)
+		}
+	}
+	g.events.Store(&evs)
+	t := &rt.live.table
+	for _, r := range rec.runs {
+		for i := r.lo; i <= r.hi; i++ {
+			if g.slots[i].Load() == 0 && rt.liveSrv[t.owner(uint64(i))] == s {
+				g.slots[i].Store(byFloor[r.floor])
+			}
+		}
+	}
+}
+
+// lostAll returns the slots of each server of rt's live ring.
+func lostAll(rt *routing) (losses []loss) {
+	byLoser := map[*server]int{}
+	t := &rt.live.table
+	for i := range uint64(1 << slotBits) {
+		losses = addLost(losses, byLoser, rt.liveSrv[t.owner(i)], uint32(i))
+	}
+	return losses
+}
+
+// addLost adds slot, which s lost, to losses (in slot order), whose index
+// of each server is byLoser.
+func addLost(losses []loss, byLoser map[*server]int, s *server, slot uint32) []loss {
+	k, ok := byLoser[s]
+	if !ok {
+		k = len(losses)
+		byLoser[s] = k
+		losses = append(losses, loss{s: s})
+	}
+	if rs := losses[k].runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
+		rs[len(rs)-1].hi++
+	} else {
+		losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
+	}
+	return losses
 }
 
 // maxGainEvents is how many gains are kept before the ones no slot refers

@@ -11,10 +11,11 @@ import (
 // gainsWorld builds routings over named servers, as Client.refresh does,
 // and records their gains.
 type gainsWorld struct {
-	g   gains
-	srv map[string]*server
-	rt  *routing
-	now time.Time
+	g      gains
+	srv    map[string]*server
+	rt     *routing
+	now    time.Time
+	losses []loss // the last change's
 }
 
 func (w *gainsWorld) change(t *testing.T, ids ...string) (added []*gain) {
@@ -37,7 +38,8 @@ func (w *gainsWorld) change(t *testing.T, ids ...string) (added []*gain) {
 		window:  time.Hour,
 		maxPast: 4,
 	})
-	added, lost := w.g.record(w.rt, rt)
+	added, lost, losses := w.g.record(w.rt, rt)
+	w.losses = losses
 	if len(rt.past) > 0 && w.rt != nil && rt.past[0].r == w.rt.live {
 		rt.past[0].gains = lost
 	}

@@ -32,7 +32,7 @@ import (
 // delete at s, which the caller observes as the request's; ctx, the
 // request's, bounds it.
 func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool) error {
-	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
+	if inPlace && (s.floor.Load() != 0 || !s.lossesKnown.Load() || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
 		var it *memcache.Item
 		err := s.call(func(w wire) (err error) { it, err = w.Get(ctx, key); return })
 		if err == nil && !c.servable(ctx, s, key, c.hash(key), it.CasID) {
@@ -83,7 +83,7 @@ func (c *Client) cleanStandIn(ctx context.Context, s *server, key string, standI
 // one taken when s gained key's slot in a change of ring (see gains). A value
 // below a known floor is deleted there, so that the next write is trusted.
 func (c *Client) servable(ctx context.Context, s *server, key string, h uint64, cas uint64) bool {
-	if c.copies.overtaken(key) {
+	if c.copies.overtaken(key) || !c.lossesKnown(ctx, s) {
 		return false
 	}
 	f, started := s.floor.Load(), s.started.Load()

@@ -45,7 +45,7 @@ func (c *Client) listMovable(ctx context.Context, p *server) (listing, error) {
 		rt := c.rt.Load()
 		err = meta.List(ctx, nc, c.cfg.conn.timeout, func(it meta.Listed) error {
 			switch {
-			case strings.HasPrefix(it.Key, claimPrefix), strings.HasPrefix(it.Key, tombPrefix), it.Key == probeKey: // the Client's own, per server
+			case strings.HasPrefix(it.Key, claimPrefix), strings.HasPrefix(it.Key, tombPrefix), it.Key == probeKey, it.Key == lostKey: // the Client's own, per server
 				return nil
 			case it.Invalid || !strings.HasPrefix(it.Key, c.cfg.movePrefix):
 				l.others++

@@ -43,12 +43,15 @@ type server struct {
 	started   atomic.Int64  // the process start (unix seconds, from stats) that floor was taken in
 	checked   atomic.Int64  // when a value below floor last made the Client check for a restart (unix nanos)
 
+	lossesKnown atomic.Bool // its record of the slots it lost was read (see Client.lossesKnown)
+
 	// Guarded by Client.mu.
-	left     time.Time // when it left the ring; zero while a member
-	downAt   time.Time // when it went out for this client
-	soft     bool      // out after timeouts, which count toward the cap on servers out
-	probing  bool      // a prober goroutine runs
-	draining bool      // a goroutine deletes its logged keys
+	left     time.Time     // when it left the ring; zero while a member
+	downAt   time.Time     // when it went out for this client
+	soft     bool          // out after timeouts, which count toward the cap on servers out
+	probing  bool          // a prober goroutine runs
+	draining bool          // a goroutine deletes its logged keys
+	learning chan struct{} // closed when its record of lost slots is read; nil if no read runs
 }
 
 type serverState int32

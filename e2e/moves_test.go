@@ -29,7 +29,7 @@ const (
 	mvReaders   = 8
 	mvMemoryMB  = 64
 	mvGrace     = 120 * time.Second // the pods' terminationGracePeriodSeconds: what bounds the preStop
-	mvDrained   = 6                 // items a drained pod may hold: the mover's claims, a few rounds' worth
+	mvDrained   = 6                 // items a drained pod may hold: the mover's claims, a few rounds' worth, and its record of lost slots
 	mvSettle    = 2 * time.Second
 	mvFillers   = 32
 	mvCheckSize = 500 // keys a GetMulti when counting

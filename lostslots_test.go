@@ -1,0 +1,253 @@
+package selector
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMergeLost(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		a, b    []lostRun
+		want    []lostRun
+		wantLen int // instead of want, for coarsen
+	}{
+		{name: "empty", want: nil},
+		{name: "one side", a: []lostRun{{1, 3, 5}}, want: []lostRun{{1, 3, 5}}},
+		{name: "disjoint", a: []lostRun{{1, 3, 5}}, b: []lostRun{{7, 9, 2}}, want: []lostRun{{1, 3, 5}, {7, 9, 2}}},
+		{name: "adjacent of one floor join", a: []lostRun{{1, 3, 5}}, b: []lostRun{{4, 9, 5}}, want: []lostRun{{1, 9, 5}}},
+		{name: "overlap takes the higher floor", a: []lostRun{{1, 10, 5}}, b: []lostRun{{4, 6, 9}},
+			want: []lostRun{{1, 3, 5}, {4, 6, 9}, {7, 10, 5}}},
+		{name: "a lower floor changes nothing", a: []lostRun{{1, 10, 9}}, b: []lostRun{{4, 6, 5}}, want: []lostRun{{1, 10, 9}}},
+		{name: "the last slot", a: []lostRun{{1<<slotBits - 2, 1<<slotBits - 1, 3}}, b: []lostRun{{0, 0, 3}},
+			want: []lostRun{{0, 0, 3}, {1<<slotBits - 2, 1<<slotBits - 1, 3}}},
+		{name: "too many runs are joined", a: spacedRuns(maxLostRuns + 10), wantLen: (maxLostRuns + 11) / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mergeLost(tc.a, tc.b)
+			if tc.wantLen > 0 {
+				require.Len(t, got, tc.wantLen)
+				for _, r := range tc.a { // every slot lost keeps a floor at least its own
+					require.GreaterOrEqual(t, floorAt(got, r.lo), r.floor)
+				}
+				return
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// spacedRuns returns n runs of one slot, with a slot between each.
+func spacedRuns(n int) []lostRun {
+	rs := make([]lostRun, n)
+	for i := range rs {
+		rs[i] = lostRun{uint32(2 * i), uint32(2 * i), uint64(i + 1)}
+	}
+	return rs
+}
+
+// floorAt returns the floor of slot in runs, or 0.
+func floorAt(runs []lostRun, slot uint32) uint64 {
+	for _, r := range runs {
+		if r.lo <= slot && slot <= r.hi {
+			return r.floor
+		}
+	}
+	return 0
+}
+
+func TestLostRecordEncoding(t *testing.T) {
+	for _, rec := range []lostRecord{
+		{},
+		{start: 1733400000, runs: []lostRun{{0, 0, 1}}},
+		{start: -5, runs: []lostRun{{3, 700, 1 << 40}, {701, 1<<slotBits - 1, 2}}},
+		{start: 7, runs: spacedRuns(1000)},
+	} {
+		got, err := decodeLost(rec.encode())
+		require.NoError(t, err)
+		require.Equal(t, rec.start, got.start)
+		require.Equal(t, len(rec.runs), len(got.runs))
+		for i := range rec.runs {
+			require.Equal(t, rec.runs[i], got.runs[i])
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"another application's value", []byte("hello")},
+		{"truncated", lostRecord{start: 1, runs: []lostRun{{1, 2, 3}}}.encode()[:4]},
+		{"trailing bytes", append(lostRecord{start: 1, runs: []lostRun{{1, 2, 3}}}.encode(), 0)},
+		{"a run past the last slot", lostRecord{start: 1, runs: []lostRun{{1 << slotBits, 1 << slotBits, 3}}}.encode()},
+		{"a floor of 0", lostRecord{start: 1, runs: []lostRun{{1, 2, 0}}}.encode()},
+		{"more runs than bytes", []byte{lostVersion, 2, 0xff, 0xff, 0x03}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeLost(tc.b)
+			require.Error(t, err)
+		})
+	}
+}
+
+// FuzzDecodeLost: any value under lostKey (another application may write
+// one) decodes to runs in slot order, disjoint, within the slots, or is an
+// error; what decodes encodes back to the same bytes.
+func FuzzDecodeLost(f *testing.F) {
+	f.Add(lostRecord{start: 9, runs: []lostRun{{3, 700, 1 << 40}, {701, 800, 2}}}.encode())
+	f.Add([]byte{lostVersion, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := decodeLost(b)
+		if err != nil {
+			return
+		}
+		next := uint32(0)
+		for i, r := range rec.runs {
+			if (i > 0 && r.lo < next) || r.hi < r.lo || r.hi >= 1<<slotBits || r.floor == 0 {
+				t.Fatalf("run %d: %+v", i, r)
+			}
+			next = r.hi + 1
+		}
+		again, err := decodeLost(rec.encode())
+		require.NoError(t, err)
+		require.Equal(t, rec.runs, again.runs)
+	})
+}
+
+// TestMoveBackSeenByANewClient: keys move away from servers that keep
+// their values (a scale-up; a pod NotReady without a restart), are written
+// where they moved after the handoff window (moves off, so that nothing
+// cleans the old values), and move back. A Client started after that saw
+// neither change: it must still serve none of the old values, which the
+// servers' records of their lost slots tell it are older than the loss.
+func TestMoveBackSeenByANewClient(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		from, away []int // the members before and while the keys are away
+	}{
+		{"scale up, then down", []int{0, 1}, []int{0, 1, 2}},
+		{"a member leaves and returns", []int{0, 1, 2}, []int{0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := startMemcached(t, 3)
+			pick := func(idx []int) []string {
+				var a []string
+				for _, i := range idx {
+					a = append(a, ms[i].addr)
+				}
+				return a
+			}
+			c, ss := newTestClient(t, pick(tc.from), WithHandoff(Handoff{Window: 100 * time.Millisecond}), WithMoves(Moves{Rate: -1}))
+			change := func(addrs []string, what string) {
+				require.NoError(t, ss.SetServers(addrs...))
+				eventually(t, what, func() bool { return c.rt.Load().base == ss.ring.Load() })
+			}
+			var keys []string
+			for i := range 300 {
+				keys = append(keys, fmt.Sprint("b", i))
+				require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("old")}))
+			}
+			change(pick(tc.away), "the client to see the keys move away")
+			time.Sleep(200 * time.Millisecond) // past the handoff window: a write no longer deletes where the key was
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+			}
+			change(pick(tc.from), "the client to see them move back")
+
+			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}))
+			require.NoError(t, err)
+			defer fresh.Close()
+			old := 0
+			for _, k := range keys {
+				if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
+					old++
+				}
+			}
+			require.Zero(t, old, "values from before the keys moved away, served by a client started after they moved back")
+			hits := 0
+			for _, k := range keys {
+				it, err := c.Get(k)
+				if err == nil {
+					require.Equal(t, "new", string(it.Value))
+					hits++
+				}
+			}
+			t.Logf("the client that saw the changes found %d of %d keys", hits, len(keys))
+		})
+	}
+}
+
+// TestLossesOfAChange: a change's losses are, for each server of the ring
+// before, exactly the slots it no longer owns; a record of them stays
+// small; and a Client that learns it (one that saw neither change) floors
+// exactly the slots the server owns again, keeping a gain it saw itself.
+func TestLossesOfAChange(t *testing.T) {
+	var w gainsWorld
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = fmt.Sprint("m", i)
+	}
+	w.change(t, ids...)
+	before := w.rt
+	w.change(t, append(ids, "new")...) // a scale-up
+	require.Len(t, w.losses, len(ids), "every server gives slots to the new one")
+	size := 0
+	for _, l := range w.losses {
+		for _, r := range l.runs {
+			for i := r.lo; i <= r.hi; i++ {
+				h := uint64(i) << (64 - slotBits)
+				require.Same(t, l.s, before.owner(h))
+				require.Same(t, w.srv["new"], w.rt.owner(h))
+			}
+		}
+		rec := lostRecord{start: 1, runs: l.runs}
+		for i := range rec.runs {
+			rec.runs[i].floor = 1 << 33
+		}
+		size = max(size, len(rec.encode()))
+	}
+	t.Logf("the largest record of a scale-up from %d servers: %d bytes", len(ids), size)
+	require.Less(t, size, 8<<10)
+
+	m0 := w.srv["m0"]
+	rec := lostRecord{start: 1, runs: slices.Clone(w.losses[slices.IndexFunc(w.losses, func(l loss) bool { return l.s == m0 })].runs)}
+	for i := range rec.runs {
+		rec.runs[i].floor = 500
+	}
+	w.change(t, ids...) // the scale-down: m0 owns its slots again
+
+	var fresh gains // a Client that saw neither change
+	fresh.learn(m0, w.rt, rec)
+	floored, other := 0, 0
+	for _, r := range rec.runs {
+		for i := r.lo; i <= r.hi; i++ {
+			h := uint64(i) << (64 - slotBits)
+			e := fresh.of(m0, h, nil)
+			require.NotNil(t, e, "slot %d: m0 lost it and owns it again", i)
+			require.Equal(t, uint64(500), e.floor.Load())
+			floored++
+		}
+	}
+	for i := uint64(0); i < 1<<slotBits; i += 4099 {
+		h := i << (64 - slotBits)
+		if floorAt(rec.runs, uint32(i)) == 0 && fresh.of(m0, h, nil) != nil {
+			other++
+		}
+	}
+	require.Zero(t, other, "slots m0 did not lose have no floor")
+	t.Logf("%d slots floored", floored)
+
+	// The Client that saw the changes keeps its own, later, gains.
+	seen := w.g.of(m0, uint64(rec.runs[0].lo)<<(64-slotBits), w.rt.past)
+	require.NotNil(t, seen)
+	was := seen.floor.Load()
+	w.g.learn(m0, w.rt, rec)
+	require.Same(t, seen, w.g.of(m0, uint64(rec.runs[0].lo)<<(64-slotBits), w.rt.past))
+	require.Equal(t, was, seen.floor.Load())
+}
