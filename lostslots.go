@@ -266,7 +266,11 @@ func (c *Client) noteLoss(ctx context.Context, l loss) error {
 				rec = old
 			}
 		}
-		rec.runs = mergeLost(rec.runs, runs)
+		merged := mergeLost(rec.runs, runs)
+		if got != nil && slices.Equal(merged, rec.runs) {
+			return nil // another client's floors, taken after this one's, cover these slots already
+		}
+		rec.runs = merged
 		it := &memcache.Item{Key: lostKey, Value: rec.encode()}
 		kind := opAdd
 		if got != nil {

@@ -1,9 +1,11 @@
 package selector
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -250,4 +252,44 @@ func TestLossesOfAChange(t *testing.T) {
 	w.g.learn(m0, w.rt, rec)
 	require.Same(t, seen, w.g.of(m0, uint64(rec.runs[0].lo)<<(64-slotBits), w.rt.past))
 	require.Equal(t, was, seen.floor.Load())
+}
+
+// TestLossNotedByManyClients: the clients that see a change all write the
+// loss at once (200 application pods); each ends within its bound, by
+// writing or by finding its slots covered by a later floor, and the
+// record holds each slot, with a floor below the server's CAS ids since.
+func TestLossNotedByManyClients(t *testing.T) {
+	ms := startMemcached(t, 1)
+	l := loss{runs: []lostRun{{lo: 10, hi: 20}, {lo: 1000, hi: 5000}}}
+	var clients []*Client
+	for range 40 {
+		c, _ := newTestClient(t, addrsOf(ms))
+		clients = append(clients, c)
+	}
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.conn.timeout)
+			defer cancel()
+			errs[i] = c.noteLoss(ctx, loss{s: serverOf(c, ms[0].addr), runs: l.runs})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "client %d", i)
+	}
+	last, err := clients[0].casNow(serverOf(clients[0], ms[0].addr))
+	require.NoError(t, err)
+	it, err := direct(ms[0].addr).Get(lostKey)
+	require.NoError(t, err)
+	rec, err := decodeLost(it.Value)
+	require.NoError(t, err)
+	require.Len(t, rec.runs, 2)
+	for i, r := range rec.runs {
+		require.Equal(t, l.runs[i].lo, r.lo)
+		require.Equal(t, l.runs[i].hi, r.hi)
+		require.Less(t, r.floor, last)
+	}
+	t.Logf("floor %d, %d after", rec.runs[0].floor, last)
 }
