@@ -356,7 +356,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.takeFloors(gained) })
-	c.noteLosses(losses)
+	c.noteLosses(losses, false)
 	wg.Wait()
 	c.mu.Lock()
 	// A server that left keeps its connections while it may still be read:

@@ -2,7 +2,6 @@ package selector
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -36,166 +35,22 @@ import (
 // have no slots (as gains).
 const lostKey = "k8sms.lost"
 
-// lostRun is a run of slots, lo to hi, and its floor.
-type lostRun struct {
-	lo, hi uint32
-	floor  uint64
-}
-
-// lostRecord is a server's record: the floors of the slots it lost, taken
-// in the process that started at start (see serverStart).
-type lostRecord struct {
-	start int64
-	runs  []lostRun // in slot order, disjoint
-}
-
-// maxLostRuns bounds a record (about 10 bytes a run): beyond it, neighbour
-// runs are joined (see coarsen).
-const maxLostRuns = 1 << 15
-
-// mergeLost returns the runs of a and b, each in slot order and disjoint,
-// with each slot's higher floor: a value below it predates the later loss.
-func mergeLost(a, b []lostRun) []lostRun {
-	var cuts []uint32 // where a floor may change
-	for _, rs := range [][]lostRun{a, b} {
-		for _, r := range rs {
-			cuts = append(cuts, r.lo, r.hi+1)
-		}
-	}
-	slices.Sort(cuts)
-	cuts = slices.Compact(cuts)
-	var out []lostRun
-	i, j := 0, 0
-	for k := 0; k+1 < len(cuts); k++ {
-		lo, hi := cuts[k], cuts[k+1]-1
-		for i < len(a) && a[i].hi < lo {
-			i++
-		}
-		for j < len(b) && b[j].hi < lo {
-			j++
-		}
-		var f uint64
-		if i < len(a) && a[i].lo <= lo {
-			f = a[i].floor
-		}
-		if j < len(b) && b[j].lo <= lo {
-			f = max(f, b[j].floor)
-		}
-		if f == 0 {
-			continue
-		}
-		if n := len(out); n > 0 && out[n-1].floor == f && out[n-1].hi+1 == lo {
-			out[n-1].hi = hi
-		} else {
-			out = append(out, lostRun{lo, hi, f})
-		}
-	}
-	return coarsen(out)
-}
-
-// coarsen joins neighbour runs, two by two, until there are at most
-// maxLostRuns: a joined run covers the slots between them too, at the
-// higher floor, which only keeps more old values from being served.
-func coarsen(runs []lostRun) []lostRun {
-	for len(runs) > maxLostRuns {
-		out := runs[:0]
-		for i := 0; i < len(runs); i += 2 {
-			r := runs[i]
-			if i+1 < len(runs) {
-				r.hi, r.floor = runs[i+1].hi, max(r.floor, runs[i+1].floor)
-			}
-			out = append(out, r)
-		}
-		runs = out
-	}
-	return runs
-}
-
-// lostVersion starts an encoded record.
-const lostVersion = 1
-
-// encode returns r as a record's value: the version, the start, then each
-// run as varints: its distance from the end of the one before, its length
-// less one, its floor.
-func (r lostRecord) encode() []byte {
-	b := make([]byte, 0, 16+len(r.runs)*10)
-	b = append(b, lostVersion)
-	b = binary.AppendVarint(b, r.start)
-	b = binary.AppendUvarint(b, uint64(len(r.runs)))
-	next := uint32(0)
-	for _, x := range r.runs {
-		b = binary.AppendUvarint(b, uint64(x.lo-next))
-		b = binary.AppendUvarint(b, uint64(x.hi-x.lo))
-		b = binary.AppendUvarint(b, x.floor)
-		next = x.hi + 1
-	}
-	return b
-}
-
-// decodeLost reads a record's value. Any other application's value under
-// lostKey, or a record of another version, is an error.
-func decodeLost(b []byte) (lostRecord, error) {
-	var r lostRecord
-	if len(b) == 0 || b[0] != lostVersion {
-		return r, errors.New("not a record of lost slots of this version")
-	}
-	b = b[1:]
-	next := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, errors.New("truncated")
-		}
-		b = b[n:]
-		return v, nil
-	}
-	start, n := binary.Varint(b)
-	if n <= 0 {
-		return r, errors.New("truncated start")
-	}
-	b, r.start = b[n:], start
-	count, err := next()
-	if err != nil {
-		return r, err
-	}
-	if count > maxLostRuns || count > uint64(len(b)) { // a run takes 3 bytes or more
-		return r, fmt.Errorf("%d runs in %d bytes", count, len(b))
-	}
-	r.runs = make([]lostRun, 0, count)
-	at := uint64(0) // the first slot a run may start at
-	for range count {
-		gap, err1 := next()
-		length, err2 := next()
-		floor, err3 := next()
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return r, err
-		}
-		lo := at + gap
-		hi := lo + length
-		if gap >= 1<<slotBits || length >= 1<<slotBits || hi >= 1<<slotBits || floor == 0 {
-			return r, fmt.Errorf("a run of slots %d to %d, floor %d", lo, hi, floor)
-		}
-		r.runs = append(r.runs, lostRun{uint32(lo), uint32(hi), floor})
-		at = hi + 1
-	}
-	if len(b) != 0 {
-		return r, fmt.Errorf("%d bytes after the runs", len(b))
-	}
-	return r, nil
-}
-
 // loss is the slots one server lost in a change (see gains.record).
 type loss struct {
 	s    *server
 	runs []lostRun // floor 0: to be taken
 }
 
-// noteLosses writes each loss at its server, with a floor taken there now,
-// before the routing of the change is published. The servers are written
-// at once, each within twice the Client's timeout; a server out or lost
-// is not written (it is not read either), and one that fails to take its
-// record is logged: a Client started after it moves back may then read its
-// older values of those slots (see docs/consistency.md).
-func (c *Client) noteLosses(ls []loss) {
+// noteLosses writes each loss at its server, with a floor taken there now:
+// before the routing of the change is published, and again (see
+// noteLossesAgain). The servers are written at once, each within twice
+// the Client's timeout; a server out or lost is not written (it is not
+// read either). A write that fails before the change is routed by is done
+// again by the second pass; the second pass tries up to lossTries times,
+// a moment apart, and logs a server that never took its record: a Client
+// started after its keys move back may then read its older values of them
+// (see docs/consistency.md).
+func (c *Client) noteLosses(ls []loss, again bool) {
 	if c.closed.Load() || !c.routesByRing() {
 		return
 	}
@@ -208,9 +63,23 @@ func (c *Client) noteLosses(ls []loss) {
 		n++
 		go func() {
 			defer func() { done <- struct{}{} }()
-			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-			defer cancel()
-			if err := c.noteLoss(ctx, l); err != nil && c.ctx.Err() == nil {
+			tries := 1
+			if again {
+				tries = lossTries
+			}
+			var err error
+			for try := 0; try < tries && c.ctx.Err() == nil; try++ {
+				if try > 0 && !c.sleep(rand.N(2*c.cfg.conn.timeout)) {
+					return
+				}
+				ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
+				err = c.noteLoss(ctx, l, again)
+				cancel()
+				if err == nil {
+					return
+				}
+			}
+			if again && c.ctx.Err() == nil {
 				c.log.Warn("cannot record the slots a server lost; a client started after they move back may read its older values of them",
 					keyServer, l.s.addr.str, keyError, err)
 			}
@@ -218,6 +87,21 @@ func (c *Client) noteLosses(ls []loss) {
 	}
 	for range n {
 		<-done
+	}
+}
+
+// lossTries is how many times the second pass tries a server's record.
+const lossTries = 3
+
+// sleep waits d, or until the Client closes, and reports whether d passed.
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
 	}
 }
 
@@ -231,20 +115,36 @@ func (c *Client) noteLossesAgain(ls []loss) {
 	if len(ls) == 0 || c.closed.Load() {
 		return
 	}
+	// Spread over a second timeout, so that the clients that saw the
+	// change at once (every pod of an application) do not all come at once.
+	wait := c.cfg.conn.timeout + 10*time.Millisecond + rand.N(c.cfg.conn.timeout)
 	c.wg.Go(func() {
-		t := time.NewTimer(c.cfg.conn.timeout + 10*time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			c.noteLosses(ls)
-		case <-c.ctx.Done():
+		if c.sleep(wait) {
+			c.noteLosses(ls, true)
 		}
 	})
 }
 
 // noteLoss merges l into its server's record, by CAS, trying again while
-// other clients write it too.
-func (c *Client) noteLoss(ctx context.Context, l loss) error {
+// other clients write it too. Before the change is routed by (again
+// false), a record that has every slot of l already is enough: another
+// client that saw the change first wrote it, and the floor this one takes
+// again once its requests in flight landed covers what it wrote there
+// since. That spares the record's server most of the clients' writes
+// when every pod of an application sees a change at once.
+func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
+	if !again {
+		var got *memcache.Item
+		err := l.s.call(func(w wire) (err error) { got, err = w.Get(ctx, lostKey); return })
+		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+			return err
+		}
+		if got != nil {
+			if rec, err := decodeLost(got.Value); err == nil && covers(rec.runs, l.runs) {
+				return nil
+			}
+		}
+	}
 	start, f, err := c.floorOf(ctx, l.s)
 	if err != nil {
 		return err

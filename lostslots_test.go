@@ -272,7 +272,7 @@ func TestLossNotedByManyClients(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.conn.timeout)
 			defer cancel()
-			errs[i] = c.noteLoss(ctx, loss{s: serverOf(c, ms[0].addr), runs: l.runs})
+			errs[i] = c.noteLoss(ctx, loss{s: serverOf(c, ms[0].addr), runs: l.runs}, i%2 == 0)
 		})
 	}
 	wg.Wait()
@@ -292,4 +292,23 @@ func TestLossNotedByManyClients(t *testing.T) {
 		require.Less(t, r.floor, last)
 	}
 	t.Logf("floor %d, %d after", rec.runs[0].floor, last)
+}
+
+func TestCovers(t *testing.T) {
+	have := []lostRun{{1, 10, 5}, {11, 20, 7}, {30, 40, 2}}
+	for _, tc := range []struct {
+		name string
+		want []lostRun
+		ok   bool
+	}{
+		{"inside one run", []lostRun{{2, 3, 0}}, true},
+		{"across two runs that touch", []lostRun{{5, 15, 0}}, true},
+		{"several", []lostRun{{1, 1, 0}, {20, 20, 0}, {35, 40, 0}}, true},
+		{"a gap", []lostRun{{18, 32, 0}}, false},
+		{"past the end", []lostRun{{38, 41, 0}}, false},
+		{"before the start", []lostRun{{0, 0, 0}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.ok, covers(have, tc.want)) })
+	}
+	require.False(t, covers(nil, []lostRun{{1, 1, 0}}), "no record")
 }
