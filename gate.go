@@ -32,7 +32,14 @@ import (
 // delete at s, which the caller observes as the request's; ctx, the
 // request's, bounds it.
 func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool) error {
-	if inPlace && (s.floor.Load() != 0 || !s.lossesKnown.Load() || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
+	if inPlace && !c.lossesKnown(ctx, s) {
+		// Whether s's value predates a slot's loss is not known (its
+		// record could not be read): delete it, as one below a floor.
+		if err := s.call(func(w wire) error { return w.Delete(ctx, key) }); failureOf(err) != healthy {
+			return err
+		}
+	}
+	if inPlace && (s.floor.Load() != 0 || c.gains.of(s, c.hash(key), c.rt.Load().past) != nil) {
 		var it *memcache.Item
 		err := s.call(func(w wire) (err error) { it, err = w.Get(ctx, key); return })
 		if err == nil && !c.servable(ctx, s, key, c.hash(key), it.CasID) {
@@ -82,6 +89,8 @@ func (c *Client) cleanStandIn(ctx context.Context, s *server, key string, standI
 // floor of s: the floor of an overflowed log (s's history was lost), or the
 // one taken when s gained key's slot in a change of ring (see gains). A value
 // below a known floor is deleted there, so that the next write is trusted.
+// While s's record of lost slots is not known (see lossesKnown), no value
+// of s is servable, and none is deleted.
 func (c *Client) servable(ctx context.Context, s *server, key string, h uint64, cas uint64) bool {
 	if c.copies.overtaken(key) || !c.lossesKnown(ctx, s) {
 		return false

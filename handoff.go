@@ -230,6 +230,12 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 			return
 		})
 	}
+	if cause == HandoffMove && !c.lossesKnown(c.ctx, s) {
+		// Whether a value of s's predates its gain of the key's slot is not
+		// known (see servable): the key stays at p, for a later round.
+		c.reportHandoff(p, s, cause, HandoffFailed)
+		return c.unlessOvertaken(st, it), false
+	}
 	err := reserve()
 	if err == nil && present != nil && cause == HandoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
 		// An old value of s's, from before it gained the key's slot,
