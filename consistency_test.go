@@ -268,6 +268,56 @@ func TestReplicatedPodReturns(t *testing.T) {
 	}
 }
 
+// TestReplicatedPodReturnsAsItsPastRingExpires: a replicated pod that
+// left is told the keys written while it is away through its group's past
+// ring (where they are deleted), until the refresh that drops that ring,
+// which gives the pod's history up (a CAS floor when it returns). A write
+// between the ring's expiry and that refresh (late on a loaded machine)
+// went nowhere in the group (its routing has no member, and its only past
+// ring had expired): and when the pod returned in the refresh that dropped
+// the ring, nothing was given up either, so the group served the pod's
+// value from before the write.
+func TestReplicatedPodReturnsAsItsPastRingExpires(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newPoolClient(t, ms, []string{"", ""}, Replicated(), WithHandoff(Handoff{Window: 300 * time.Millisecond}))
+	require.NoError(t, c.Set(&memcache.Item{Key: "r", Value: []byte("v1")}))
+	require.Equal(t, 2, holders(ms, "r"))
+	c.pool.mu.Lock()
+	g := c.pool.groups[ms[0].addr]
+	c.pool.mu.Unlock()
+	require.NotNil(t, g, "the pod's group")
+	require.NoError(t, ss.SetServers(ms[1].addr))
+	eventually(t, "the pod's group to route by its past ring alone", func() bool {
+		rt := g.c.rt.Load()
+		return rt.base == nil && len(rt.past) == 1
+	})
+	// The group's next refresh comes late: after the ring expired, and
+	// after the pod is back.
+	g.c.refreshing.Lock()
+	held := true
+	defer func() {
+		if held {
+			g.c.refreshing.Unlock()
+		}
+	}()
+	time.Sleep(time.Until(g.c.rt.Load().past[0].until) + 20*time.Millisecond)
+	require.NoError(t, c.Set(&memcache.Item{Key: "r", Value: []byte("v2")}))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the pool to see the pod return", func() bool { return g.list.ring.Load() != nil })
+	g.c.refreshing.Unlock()
+	held = false
+	eventually(t, "the pod to be back in its group", func() bool { return stateOf(g.c, ms[0].addr).State == "up" })
+	if it, err := g.c.Get("r"); err == nil {
+		require.Equal(t, "v2", string(it.Value), "the returning pod's group served its value from before the write")
+	}
+	for range 20 {
+		it, err := c.Get("r")
+		if err == nil {
+			require.Equal(t, "v2", string(it.Value))
+		}
+	}
+}
+
 // TestFlushAllReachesDepartedServers: a server that left still serves its
 // keys for handoff; FlushAll must flush it too, so that no flushed key comes
 // back.

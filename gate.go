@@ -243,8 +243,15 @@ func (c *Client) afterWrite(ctx context.Context, h uint64, key string, s *server
 	if len(rt.past) == 0 {
 		return deleted
 	}
+	// Every past ring still routed by, even one that expired a moment ago:
+	// a server that left is told the keys written meanwhile only so, until
+	// the refresh that drops its ring gives its history up (see
+	// refreshLocked: its log overflows). Skipped here, a write between the
+	// expiry and that refresh went nowhere for it, and a server that
+	// returned in that same refresh (a replicated pod, whose group has no
+	// other server) is given nothing up, and served the older value.
 	var buf [4]*server
-	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
+	for _, p := range rt.previous(h, s, time.Time{}, buf[:0]) {
 		if p != b {
 			deleted = c.invalidate(ctx, p, key, nil) || deleted
 		}

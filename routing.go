@@ -184,11 +184,12 @@ func (rt *routing) baseOwner(h uint64) *server {
 
 // previous appends to dst the servers that owned h in the past rings not
 // expired at now, newest first, without repeats and without not: where the
-// value of a key that moved may still be.
+// value of a key that moved may still be. A zero now counts every past
+// ring of rt, expired or not (see Client.afterWrite).
 func (rt *routing) previous(h uint64, not *server, now time.Time, dst []*server) []*server {
 	for _, p := range rt.past {
 		s := p.srv[p.r.owner(h)]
-		if s == not || slices.Contains(dst, s) || !now.Before(p.until) {
+		if s == not || slices.Contains(dst, s) || !now.IsZero() && !now.Before(p.until) {
 			continue
 		}
 		dst = append(dst, s)
