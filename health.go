@@ -18,8 +18,11 @@ const probeKey = "k8s-memcache-selector:probe"
 // observe updates s's health after a request that failed with f, as
 // mcrouter's failure detector does: a server that refuses connections is
 // out at once (a hard TKO), one that timed out (a request, or a connection
-// not made in time) cfg.timeoutsUntilDown times in a row too (a soft TKO); a broken connection drops the server's idle
-// connections, which likely broke with it. An error of this machine's own
+// not made in time) cfg.timeoutsUntilDown times in a row too (a soft TKO); a broken connection retires the server's
+// connections, which likely broke with it: the idle ones are closed, and
+// the busy ones take no new request (see meta.Pool.CloseIdle), so that a
+// request sent again goes on a connection dialed since, which a server
+// that died refuses. An error of this machine's own
 // (out of descriptors) or the server's answer (SERVER_ERROR) says nothing
 // against the server.
 func (c *Client) observe(s *server, f failure, err error) {

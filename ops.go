@@ -12,9 +12,11 @@ import (
 // do runs r on the server of the key of hash h, through the gate (see
 // gate.go), with failover, and returns the server it ran on last. A request
 // that could not be sent goes to the key's server then, twice at most; an
-// idempotent one whose connection broke is sent again twice at most, as a
-// connection that a request in flight puts back after its server died may
-// be broken too. With no server left it returns ErrNoServers.
+// idempotent one whose connection broke is sent again twice at most, on a
+// connection dialed since (see observe), which a dead server refuses and a
+// restarted one answers; so is any request whose connection broke in the
+// cleanup before it, which was not sent. With no server left it returns
+// ErrNoServers.
 func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 	var err error
 	for unsent, brokenConns := 0, 0; ; {
@@ -36,7 +38,8 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			continue
 		}
 		err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
-		if err == nil {
+		sent := err == nil
+		if sent {
 			err = c.runOp(s, r, s != rt.baseOwner(h))
 			if err == nil && r.got != nil && (newStandIn || !c.servable(r.ctx, s, r.key, h, r.got.CasID)) {
 				r.got, err = nil, memcache.ErrCacheMiss
@@ -50,7 +53,7 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		case (f == unreachable || f == connectTimeout) && unsent < 2:
 			unsent++
 			continue
-		case f == broken && r.kind.idempotent() && brokenConns < 2:
+		case f == broken && (r.kind.idempotent() || !sent) && brokenConns < 2:
 			brokenConns++
 			continue
 		}

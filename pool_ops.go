@@ -263,16 +263,28 @@ func (pl *pooled) primaryFor(key string) *group {
 
 // primary runs op on the primary group for key, and then then on the
 // others at once when op succeeded there (see Pool); a group where then
-// fails has key invalidated.
+// fails has key invalidated. A primary whose server for key went out
+// before op was sent there (its dial refused, say, by a server just
+// killed) answers ErrNoServers: op ran nowhere, so it goes to the primary
+// then, the next group, as it would have had the server gone out a moment
+// earlier.
 func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Client) error) error {
 	if !legalKey(key) {
 		return memcache.ErrMalformedKey
 	}
-	p := pl.primaryFor(key)
-	if p == nil {
-		return ErrNoServers
+	var p *group
+	err := ErrNoServers
+	for range pl.view.Load().all { // each round tries another group
+		q := pl.primaryFor(key)
+		if q == nil || q == p {
+			break
+		}
+		p = q
+		if err = op(p.c); !errors.Is(err, ErrNoServers) {
+			break
+		}
 	}
-	if err := op(p.c); err != nil {
+	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

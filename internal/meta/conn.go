@@ -159,8 +159,19 @@ func (c *Conn) SetMaxValueSize(n int) { c.maxValue.Store(valueBound(n)) }
 // as soon as its read fails. Close starts no goroutine and leaves none;
 // it is idempotent and always returns nil.
 func (c *Conn) Close() error {
-	c.fail(errors.New("closed by Close"))
+	c.fail(errClosedByClose)
 	return nil
+}
+
+var errClosedByClose = errors.New("closed by Close")
+
+// closeIfIdle closes the connection, as Close does, if no request is
+// outstanding on it, and reports whether it is closed. The check and the
+// close are one step under c.mu, where requests are queued: a request
+// either is queued first, and the connection stays open for it, or finds
+// it closed, and was not sent (see unsentError).
+func (c *Conn) closeIfIdle() bool {
+	return c.failIf(errClosedByClose, true)
 }
 
 // Err returns nil while the connection is usable, and why it was closed
@@ -177,8 +188,16 @@ func (c *Conn) Outstanding() int { return int(c.outstanding.Load()) }
 // fail closes the connection for cause, once, and fails every pending
 // request but the ones a reader will finish: the one it is reading, and
 // the reader's own.
-func (c *Conn) fail(cause error) {
+func (c *Conn) fail(cause error) { c.failIf(cause, false) }
+
+// failIf is fail; if idle, only if no request is outstanding, and it
+// reports whether the connection is closed.
+func (c *Conn) failIf(cause error, idle bool) bool {
 	c.mu.Lock()
+	if idle && c.err == nil && c.outstanding.Load() != 0 {
+		c.mu.Unlock()
+		return false
+	}
 	first := c.err == nil
 	if first {
 		c.err = fmt.Errorf("%w: %w", ErrConnClosed, cause)
@@ -202,6 +221,7 @@ func (c *Conn) fail(cause error) {
 		cl.err = err
 		c.deliver(cl)
 	}
+	return true
 }
 
 // do queues cl, writes it (and whatever else is queued) unless another
@@ -222,7 +242,7 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		err := c.err
 		c.mu.Unlock()
 		putCall(cl)
-		return err
+		return &unsentError{err}
 	}
 	c.seq++
 	if c.seq == 0 {
@@ -289,6 +309,21 @@ func (e *abandonedError) Unwrap() error { return e.err }
 // request queued now on another connection: its reply was read, or its
 // connection failed (see Pool's pins for what that leaves).
 func (e *abandonedError) settled() bool { return e.c.answered.Load() >= e.n || e.c.failed.Load() }
+
+// unsentError is the error of a request that found its connection closed
+// when it came to queue it: nothing was sent, so it may go on another
+// connection, whatever it is (see Pool).
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// unsent reports whether err is a request's that was never sent, as its
+// connection was closed first.
+func unsent(err error) bool {
+	_, ok := err.(*unsentError)
+	return ok
+}
 
 func ctxError(o op, key string, err error) error {
 	if key == "" {

@@ -21,8 +21,9 @@ const DefaultMaxConns = 2
 // idle while fewer than MaxConns exist; otherwise a request goes to the
 // connection with the fewest outstanding requests. A connection that
 // failed is dropped when next seen, and a new one is dialed in its place
-// on demand. A request is never retried: a request whose connection fails
-// returns that failure.
+// on demand. A request whose connection fails returns that failure; only
+// one that found its connection closed before it was queued, and so was
+// never sent, goes on another (see sendTries).
 //
 // A request of one key whose caller left (its context ended) may still
 // run; until its reply is read, the key is pinned to its connection: the
@@ -42,6 +43,7 @@ type Pool struct {
 
 	mu       sync.Mutex
 	conns    []*Conn
+	retiring map[*Conn]bool             // out of conns, closed once answered (see CloseIdle)
 	pins     map[string]*abandonedError // key -> a request of it its caller left, not yet settled
 	dialing  int
 	dialDone chan struct{} // closed and replaced whenever a dial ends
@@ -74,6 +76,9 @@ func (p *Pool) Close() error {
 	p.closed = true
 	conns := p.conns
 	p.conns = nil
+	for c := range p.retiring {
+		conns = append(conns, c)
+	}
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
@@ -82,26 +87,58 @@ func (p *Pool) Close() error {
 }
 
 // CloseIdle closes the connections with no request outstanding, and
-// leaves p usable: a later request dials again. It is for a server that
-// left, whose connections should not be kept (see gomemcache issue #118).
+// retires the others: no new request goes to them (but one of a key
+// pinned to one, see Pool), and each is closed once the requests on it are
+// answered. p stays usable: a later request dials again. It is for a
+// server that left, whose connections should not be kept (see gomemcache
+// issue #118), and for one whose connection broke: its process likely
+// died, and every connection to it with it, so a request sent again must
+// not go to one that was open then, but to one dialed since, which a
+// dead server refuses and a restarted one answers.
 func (p *Pool) CloseIdle() {
 	p.mu.Lock()
-	var idle []*Conn
-	live := p.conns[:0]
+	var busy []*Conn
 	for _, c := range p.conns {
-		if c.Outstanding() == 0 {
-			idle = append(idle, c)
-		} else {
-			live = append(live, c)
+		// A request that took c but did not queue yet goes to another
+		// (see sendTries).
+		if c.closeIfIdle() {
+			continue
 		}
+		if p.retiring == nil {
+			p.retiring = map[*Conn]bool{}
+		}
+		p.retiring[c] = true
+		busy = append(busy, c)
 	}
-	clear(p.conns[len(live):])
-	p.conns = live
+	clear(p.conns)
+	p.conns = p.conns[:0]
 	p.mu.Unlock()
-	for _, c := range idle {
-		c.Close()
+	for _, c := range busy {
+		go p.retire(c)
 	}
 }
+
+// retire closes c, which CloseIdle took out of p, once the requests on it
+// are answered: each mn it queues is answered after them. It reads their
+// replies itself if nobody else does, as those of requests whose callers
+// left would else stay unread and c open. Each wait is bounded by the
+// timeout, after which c fails, and Close ends it at once.
+func (p *Pool) retire(c *Conn) {
+	for !c.closeIfIdle() {
+		c.Noop(context.Background())
+	}
+	p.mu.Lock()
+	delete(p.retiring, c)
+	p.mu.Unlock()
+}
+
+// sendTries bounds how often a request goes to another connection after
+// the one it took was closed before the request was queued, as CloseIdle
+// or a failure can do between the pick and the queueing. The closed one is
+// out of the pool then, so the next pick is another or a new one; only
+// closes that keep coming leave the request with the error, which tells
+// that the connection was closed.
+const sendTries = 4
 
 var errPoolClosed = fmt.Errorf("%w: pool closed", ErrConnClosed)
 
@@ -265,72 +302,110 @@ func (p *Pool) unpinLocked(key string) {
 
 // Get is [Conn.Get] on one of p's connections.
 func (p *Pool) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
-	c, err := p.keyConn(ctx, key)
-	if err != nil {
-		return Item{}, err
+	for try := 1; ; try++ {
+		c, err := p.keyConn(ctx, key)
+		if err != nil {
+			return Item{}, err
+		}
+		it, err := c.Get(ctx, key, o)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		p.pin(key, err)
+		return it, err
 	}
-	it, err := c.Get(ctx, key, o)
-	p.pin(key, err)
-	return it, err
 }
 
 // Set is [Conn.Set] on one of p's connections.
 func (p *Pool) Set(ctx context.Context, key string, value []byte, o SetOptions) (Item, error) {
-	c, err := p.keyConn(ctx, key)
-	if err != nil {
-		return Item{}, err
+	for try := 1; ; try++ {
+		c, err := p.keyConn(ctx, key)
+		if err != nil {
+			return Item{}, err
+		}
+		it, err := c.Set(ctx, key, value, o)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		p.pin(key, err)
+		return it, err
 	}
-	it, err := c.Set(ctx, key, value, o)
-	p.pin(key, err)
-	return it, err
 }
 
 // Delete is [Conn.Delete] on one of p's connections.
 func (p *Pool) Delete(ctx context.Context, key string, o DeleteOptions) error {
-	c, err := p.keyConn(ctx, key)
-	if err != nil {
+	for try := 1; ; try++ {
+		c, err := p.keyConn(ctx, key)
+		if err != nil {
+			return err
+		}
+		err = c.Delete(ctx, key, o)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		p.pin(key, err)
 		return err
 	}
-	err = c.Delete(ctx, key, o)
-	p.pin(key, err)
-	return err
 }
 
 // Arith is [Conn.Arith] on one of p's connections.
 func (p *Pool) Arith(ctx context.Context, key string, o ArithOptions) (Counter, error) {
-	c, err := p.keyConn(ctx, key)
-	if err != nil {
-		return Counter{}, err
+	for try := 1; ; try++ {
+		c, err := p.keyConn(ctx, key)
+		if err != nil {
+			return Counter{}, err
+		}
+		n, err := c.Arith(ctx, key, o)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		p.pin(key, err)
+		return n, err
 	}
-	n, err := c.Arith(ctx, key, o)
-	p.pin(key, err)
-	return n, err
 }
 
 // GetMulti is [Conn.GetMulti] on one of p's connections: all of keys go to
 // this one server in one batch.
 func (p *Pool) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[string]Item, error) {
-	c, err := p.conn(ctx)
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		c, err := p.conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m, err := c.GetMulti(ctx, keys, o)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		return m, err
 	}
-	return c.GetMulti(ctx, keys, o)
 }
 
 // ItemSizeMax is [Conn.ItemSizeMax] on one of p's connections.
 func (p *Pool) ItemSizeMax(ctx context.Context) (int, error) {
-	c, err := p.conn(ctx)
-	if err != nil {
-		return 0, err
+	for try := 1; ; try++ {
+		c, err := p.conn(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, err := c.ItemSizeMax(ctx)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
+		return n, err
 	}
-	return c.ItemSizeMax(ctx)
 }
 
 // Noop is [Conn.Noop] on one of p's connections.
 func (p *Pool) Noop(ctx context.Context) error {
-	c, err := p.conn(ctx)
-	if err != nil {
+	for try := 1; ; try++ {
+		c, err := p.conn(ctx)
+		if err != nil {
+			return err
+		}
+		err = c.Noop(ctx)
+		if err != nil && unsent(err) && try < sendTries {
+			continue
+		}
 		return err
 	}
-	return c.Noop(ctx)
 }
