@@ -15,6 +15,11 @@ import (
 // Report.Summary): one schedule through one target.
 var histLine = regexp.MustCompile(`^\s*(\S+)\s+(client|client-replicated|client-byzone-static|gomemcache)\s+ops=(\d+)\s+stale=(\d+)\s+errors=(\d+)\s+hit=\s*([\d.]+)%.*?\((\d+(?:\.\d+)?)s\)( known-gap)?\s*$`)
 
+// killErrors is the summary's count of the errors after the kills (see
+// histcheck's Report.Summary): those a client could have spared the
+// application, of all.
+var killErrors = regexp.MustCompile(`\skill-errors=(\d+)/(\d+)\s`)
+
 // histRun is one schedule's figures, by target.
 type histRun struct {
 	schedule string
@@ -25,6 +30,7 @@ type histRun struct {
 type histCell struct {
 	ops, stale int
 	hit        string
+	killErrors string // "spared/all" after the kills, for the kill schedules; else ""
 }
 
 // histTargets are the columns, in order.
@@ -50,7 +56,11 @@ func parseHistcheck(b []byte) []histRun {
 		}
 		ops, _ := strconv.Atoi(m[3])
 		stale, _ := strconv.Atoi(m[4])
-		runs[i].by[m[2]] = histCell{ops: ops, stale: stale, hit: m[6] + "%"}
+		c := histCell{ops: ops, stale: stale, hit: m[6] + "%"}
+		if k := killErrors.FindStringSubmatch(sc.Text()); k != nil {
+			c.killErrors = k[1] + "/" + k[2]
+		}
+		runs[i].by[m[2]] = c
 		runs[i].known = runs[i].known || m[8] != ""
 	}
 	return runs
@@ -104,7 +114,25 @@ func histcheckSection(w *bytes.Buffer, path string) error {
 	}
 	rows = append(rows, sum)
 	table(w, header, slices.Concat(rows, gaps))
+	killSentence(w, runs)
 	return nil
+}
+
+// killSentence states the errors that reached the application after the
+// kills, where the run counted them: the bar for the Client is none but an
+// Increment's on a broken connection.
+func killSentence(w *bytes.Buffer, runs []histRun) {
+	var parts []string
+	for _, r := range runs {
+		for _, t := range histTargets {
+			if c := r.by[t]; c.killErrors != "" {
+				parts = append(parts, fmt.Sprintf("%s %s %s", r.schedule, t, c.killErrors))
+			}
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "\nErrors that reached the application after the kills (the kill's phases; a client could spare / all: an Increment on a broken connection may have applied, so no client sends it again): %s.\n", strings.Join(parts, ", "))
+	}
 }
 
 // thousands writes n with commas: 1,313,615.

@@ -25,6 +25,7 @@ const histOut = `=== RUN   TestHistory/none/client
         none               gomemcache            ops=153625  stale=0     errors=0     hit= 81.3% unknown=0 seed=5 (20.6s)
         move-back          client                ops=1000    stale=2     errors=0     hit= 79.4% unknown=0 seed=6 (21.6s)
         move-back          gomemcache            ops=72081   stale=1684  errors=6     hit= 80.1% unknown=0 seed=6 (21.6s)
+        kill-fast          client                ops=5005    stale=0     errors=3     hit= 60.1% unknown=0 kill-errors=1/3 seed=8 (2.1s)
         unseen-change      client                ops=123097  stale=238   errors=19    hit= 77.8% unknown=0 seed=7 (22.7s) known-gap
         unseen-change      gomemcache            ops=132182  stale=2833  errors=6     hit= 79.4% unknown=0 seed=7 (22.5s) known-gap
 `
@@ -38,8 +39,10 @@ func TestHistcheckSection(t *testing.T) {
 	for _, want := range []string{
 		"| none | 153,758, 0, 80.5% | 91,024, 0, 79.0% | 153,625, 0, 81.3% |",
 		"| move-back | 1,000, 2, 79.4% | - | 72,081, 1,684, 80.1% |",
-		"| **all of the above** | **154,758, 2** | **91,024, 0** | **225,706, 1,684** |",
+		"| **all of the above** | **159,763, 2** | **91,024, 0** | **225,706, 1,684** |",
 		"| unseen-change (known gap) | 123,097, 238, 77.8% | - | 132,182, 2,833, 79.4% |",
+		"| kill-fast | 5,005, 0, 60.1% | - | - |",
+		"after the kills (the kill's phases; a client could spare / all: an Increment on a broken connection may have applied, so no client sends it again): kill-fast client 1/3.",
 	} {
 		require.Contains(t, out, want)
 	}

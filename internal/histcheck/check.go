@@ -78,8 +78,12 @@ func Check(h []Event) Result {
 	producers := map[vkey][]Event{} // what may have written each value
 	lineageSet := map[vkey]Event{}  // a counter's Set, by key and lineage
 	writes := map[string][]Event{}
+	dbKeys := map[string]bool{}
 	var flushes []Event
 	for _, e := range h {
+		if e.DB {
+			dbKeys[e.Key] = true
+		}
 		switch {
 		case e.Kind == Flush:
 			if e.OK {
@@ -108,7 +112,11 @@ func Check(h []Event) Result {
 	index := func(key string) *keyWrites {
 		kw := idx[key]
 		if kw == nil {
-			kw = newKeyWrites(append(writes[key], flushes...))
+			w := writes[key]
+			if !dbKeys[key] { // a flush empties the cache, not the database that loads read
+				w = append(w, flushes...)
+			}
+			kw = newKeyWrites(w)
 			idx[key] = kw
 		}
 		return kw

@@ -115,3 +115,48 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// The loads' events (see loads.go): a writer's database update with its
+// write of the cache, and a read through the cache.
+func dbw(op, key, v string, start, end int, ok bool) Event {
+	return Event{Kind: Write, Op: op, Key: key, DB: true, Value: v, Start: ms(start), End: ms(end), OK: ok}
+}
+
+func gol(key, v string, start, end int) Event {
+	e := get(key, v, start, end)
+	e.Op, e.DB = "getorload", true
+	return e
+}
+
+func dbget(key, v string, start, end int) Event {
+	e := get(key, v, start, end)
+	e.DB = true
+	return e
+}
+
+func TestCheckLoads(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		h     []Event
+		stale int
+	}{
+		{name: "loaded after the write", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), dbw("db+invalidate", "d", "v2", 2, 3, true), gol("d", "v2", 4, 5)}},
+		// A GetOrLoad that began after the invalidation returned the value
+		// a load in flight from before it read (item 2 of issue 27).
+		{name: "joined an older load", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), dbw("db+invalidate", "d", "v2", 2, 3, true), gol("d", "v1", 4, 5)}, stale: 1},
+		{name: "began during the write", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), dbw("db+delete", "d", "v2", 2, 4, true), gol("d", "v1", 3, 5)}},
+		// A load's set that landed after a newer write (a stale set), read
+		// by a Get; the GetOrLoad that loaded it began before the write.
+		{name: "stale set", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), gol("d", "v1", 2, 6), dbw("db+delete", "d", "v2", 3, 4, true), dbget("d", "v1", 7, 8)}, stale: 1},
+		{name: "failed invalidation proves nothing", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), dbw("db+invalidate", "d", "v2", 2, 3, false), gol("d", "v1", 4, 5)}},
+		// A FlushAll empties the cache, not the database: the row loaded
+		// after it is the one written before it.
+		{name: "flush leaves the rows", h: []Event{dbw("db+set", "d", "v1", 0, 1, true), flushEv(2, 3, true), gol("d", "v1", 4, 5)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if res := Check(tc.h); len(res.Stale) != tc.stale || res.Unknown != 0 {
+				t.Errorf("got %d stale, %d unknown, want %d: %+v", len(res.Stale), res.Unknown, tc.stale, res.Stale)
+			}
+		})
+	}
+}

@@ -58,6 +58,28 @@
 // An Increment that found no value (ErrCacheMiss) is a miss: neither a read
 // nor a write. A Delete that found no value (ErrCacheMiss) is acknowledged.
 //
+// # Loads
+//
+// The schedules with loads add an application's cache-aside over a
+// database, in a key space of their own: writers update a row and then
+// Set, invalidate or Delete its key; readers call GetOrLoad (the control:
+// Get, and on a miss load and Set). A writer's update and cache write are
+// one Write of the new value, and a GetOrLoad is a Read of what it
+// returned, so the rule above applies unchanged: a GetOrLoad must not
+// return a value older than a write acknowledged before it began (a load
+// in flight that it joined may have read the row before that write), and a
+// load's set must not land over a newer write (a stale set, read later).
+// loads.go says why this is sound; leaseAcross makes the servers' CAS
+// counters meet, so that a lease's set sent to a server that did not issue
+// it lands.
+//
+// # Errors after a kill
+//
+// The kill schedules name the phases after a SIGKILL (Schedule.KillPhases):
+// the report states their errors, and TestHistory fails the Client on any
+// but an Increment's on a broken connection, which may have been applied
+// and so is not sent again. The bar is 0, as e2e's TestClientKill has it.
+//
 // # Pools
 //
 // Over a ServerList filled by SetServers, the pools the public API allows

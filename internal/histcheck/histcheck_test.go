@@ -116,4 +116,24 @@ func judge(t *testing.T, s Schedule, r *Report) {
 			t.Errorf("kept %v", c)
 		}
 	}
+	if s.Loads && (r.Ops["getorload"]+r.Ops["cache-aside"] == 0 || r.Loads == 0) {
+		t.Errorf("the loads did nothing: %d reads through the cache, %d database reads", r.Ops["getorload"]+r.Ops["cache-aside"], r.Loads)
+	}
+	judgeKillErrors(t, r)
+}
+
+// judgeKillErrors fails the Client on any error that reached the
+// application after a kill but for the unavoidable ones (see unavoidable),
+// which it logs: the bar is 0, as e2e's TestClientKill has it. The control
+// fails requests to a dead server by design.
+func judgeKillErrors(t *testing.T, r *Report) {
+	if r.KillErrors == nil || r.Target == Gomemcache {
+		return
+	}
+	if n := sum(r.KillErrors) - sum(r.AvoidableKillErrors()); n > 0 {
+		t.Logf("%d errors after the kills that no client can spare (an Increment on a broken connection, a timeout)", n)
+	}
+	if a := r.AvoidableKillErrors(); len(a) > 0 {
+		t.Errorf("%d errors reached the application after the kills (phases %v), by method and kind: %v", sum(a), r.KillPhases, a)
+	}
 }

@@ -9,8 +9,8 @@ import (
 type Kind uint8
 
 const (
-	Read   Kind = iota // Get, or one key of a GetMulti
-	Write              // Set
+	Read   Kind = iota // Get, one key of a GetMulti, or what a GetOrLoad returned
+	Write              // Set, or a database update with its Set, invalidation or Delete of the key (see loads.go)
 	Delete             // Delete
 	Incr               // Increment by 1
 	Flush              // FlushAll: a delete of every key
@@ -23,9 +23,13 @@ func (k Kind) String() string {
 // Event is one operation on one key, as the application saw it.
 type Event struct {
 	Kind    Kind
-	Op      string // the method: get, getmulti, set, delete, incr, flush
+	Op      string // the method: get, getmulti, set, delete, incr, flush, getorload, cache-aside, db+set, db+invalidate, db+delete
 	Key     string // "" for a Flush
 	Counter bool   // Key is in the counter key space
+	// DB says Key is in the loaded key space: its values are the
+	// database's (see loads.go), which a FlushAll of the cache leaves as
+	// they were.
+	DB bool
 	// Start and End are monotonic, from the start of the run.
 	Start, End time.Duration
 	// Value is what a Read found, what a Write wrote, or the number an

@@ -3,6 +3,7 @@ package histcheck
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -214,4 +215,48 @@ func (m *Memcached) TTLs(keys []string) (map[string]int, error) {
 		}
 	}
 	return ttls, nil
+}
+
+// fillerKey is the key Pump stores: outside the workload's key space.
+const fillerKey = "hc:filler"
+
+// CAS returns the CAS id that key has at m (mg <key> c), of its value or
+// of a lease's placeholder; 0 if m holds neither.
+func (m *Memcached) CAS(key string) (uint64, error) {
+	return m.meta("mg " + key + " c\r\n")
+}
+
+// Pump makes n stores (at least one) of fillerKey at m, pipelined and
+// quiet, and returns the CAS id of the last: m's counter, of which each
+// store takes the next number.
+func (m *Memcached) Pump(n int) (uint64, error) {
+	return m.meta(strings.Repeat("ms "+fillerKey+" 1 q\r\nf\r\n", max(n, 1)) + "mg " + fillerKey + " c\r\n")
+}
+
+// meta sends req, which ends with a meta get (mg <key> c), and returns the
+// CAS id of its answer; 0 for a miss (EN).
+func (m *Memcached) meta(req string) (uint64, error) {
+	c, err := net.DialTimeout("tcp", m.Addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(line)
+	if len(f) == 1 && f[0] == "EN" {
+		return 0, nil
+	}
+	for i := 1; len(f) > 0 && f[0] == "HD" && i < len(f); i++ {
+		if id, ok := strings.CutPrefix(f[i], "c"); ok {
+			return strconv.ParseUint(id, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: %q", m.Addr, line) // a quiet store's error comes first
 }

@@ -23,6 +23,16 @@ type Report struct {
 	// how long writing the keys once took; Close how long the target's
 	// Close took at the end (the Client's replays may hold it).
 	Start, Fill, Close time.Duration
+	// KillPhases are the schedule's phases after a SIGKILL (see
+	// Schedule.KillPhases), and KillErrors the application's errors in
+	// them, by "method: kind".
+	KillPhases []string
+	KillErrors map[string]int
+	// Loads is how many times the loads read the database (see loads.go).
+	Loads int
+	// CASMet are the lease sets across a change that met a newer value
+	// with the lease's CAS id, and the ones tried (see leaseAcross).
+	CASMet [2]int
 	// Counts are the keys the schedule checked at the end (see Env.Count).
 	Counts   []Count
 	Moves    string // the Client's MoveStats at the end
@@ -32,7 +42,7 @@ type Report struct {
 
 func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
 	r := &Report{Schedule: s.Name, Target: k, Seed: seed, Elapsed: elapsed, Ops: map[string]int{},
-		Result: res, Errors: map[string]map[string]int{}, Steps: steps}
+		Result: res, Errors: map[string]map[string]int{}, Steps: steps, KillPhases: s.KillPhases}
 	for _, st := range stats {
 		for op, n := range st.ops {
 			r.Ops[op] += n
@@ -43,6 +53,14 @@ func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, eve
 			}
 			for kind, n := range kinds {
 				r.Errors[ph][kind] += n
+			}
+		}
+	}
+	if len(s.KillPhases) > 0 {
+		r.KillErrors = map[string]int{}
+		for _, ph := range s.KillPhases {
+			for kind, n := range r.Errors[ph] {
+				r.KillErrors[kind] += n
 			}
 		}
 	}
@@ -77,6 +95,32 @@ func (r *Report) TotalErrors() int {
 	return n
 }
 
+// AvoidableKillErrors are the errors after a kill that a client could
+// have spared the application (see unavoidable), by "method: kind".
+func (r *Report) AvoidableKillErrors() map[string]int {
+	m := map[string]int{}
+	for kind, n := range r.KillErrors {
+		if !unavoidable(kind) {
+			m[kind] += n
+		}
+	}
+	return m
+}
+
+// unavoidable reports whether an error of kind ("method: kind") may reach
+// the application after a kill whatever the client does: an Increment
+// whose connection broke may have been applied, so it is not sent again
+// (docs/client.md, Retries); and a timeout, which a client does not retry
+// by design (the server may be hung), comes from a live server slowed by
+// the machine's load (the -race run on 2 cores), not from the kill. Every
+// other method of the workload leaves the same state when run twice, and a
+// request that could not connect was not sent, so it can go to the key's
+// next server.
+func unavoidable(kind string) bool {
+	op, k, _ := strings.Cut(kind, ": ")
+	return k == "timeout" || k == "connect timeout" || op == "incr" && (k == "EOF" || k == "connection reset" || k == "broken pipe")
+}
+
 // HitRate is the share of the values Get and GetMulti asked for that they
 // found.
 func (r *Report) HitRate() float64 {
@@ -90,6 +134,12 @@ func (r *Report) HitRate() float64 {
 // hit rate, the keys kept of the ones the schedule checked.
 func (r *Report) Summary() string {
 	var kept string
+	if r.KillErrors != nil {
+		kept += fmt.Sprintf(" kill-errors=%d/%d", sum(r.AvoidableKillErrors()), sum(r.KillErrors))
+	}
+	if r.CASMet[1] > 0 {
+		kept += fmt.Sprintf(" cas-met=%d/%d", r.CASMet[0], r.CASMet[1])
+	}
 	for _, c := range r.Counts {
 		kept += fmt.Sprintf(" kept=%d/%d", c.Good, c.Of)
 	}
@@ -116,6 +166,17 @@ func (r *Report) String() string {
 			fmt.Fprintf(&b, " [%s]=%d", k, r.Errors[ph][k])
 		}
 		b.WriteString("\n")
+	}
+	if r.KillErrors != nil {
+		fmt.Fprintf(&b, "  errors after the kills (phases %s): %d, of which a client could spare %d:", strings.Join(r.KillPhases, ", "),
+			sum(r.KillErrors), sum(r.AvoidableKillErrors()))
+		for _, k := range slices.Sorted(maps.Keys(r.KillErrors)) {
+			fmt.Fprintf(&b, " [%s]=%d", k, r.KillErrors[k])
+		}
+		b.WriteString("\n")
+	}
+	if r.Loads > 0 {
+		fmt.Fprintf(&b, "  database reads by the loads: %d\n", r.Loads)
 	}
 	if n := len(r.Result.Stale); n > 0 {
 		byPhase := map[string]int{}
@@ -152,3 +213,11 @@ func FormatStale(s StaleRead) string {
 }
 
 func ms3(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d.Microseconds())/1000) }
+
+func sum(m map[string]int) int {
+	var n int
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -107,6 +107,9 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	}()
 
 	d := newDriver(t, rec, cfg.Workload)
+	if s.Loads {
+		d.db = newDatabase()
+	}
 	env.d = d
 	startTime := time.Since(t0)
 	env.Phase("fill")
@@ -152,7 +155,10 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	events := rec.Events()
 	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
 	r.Start, r.Fill, r.Close = startTime, fillTime, closeTime
-	r.Counts, r.Moves = env.counts, moves
+	r.Counts, r.Moves, r.CASMet = env.counts, moves, env.met
+	if d.db != nil {
+		r.Loads = int(d.db.loads.Load())
+	}
 	return r, nil
 }
 

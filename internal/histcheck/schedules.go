@@ -24,6 +24,13 @@ type Schedule struct {
 	// better (docs/consistency.md), and what closes the gap: its stale
 	// reads are reported, not failed.
 	Known string
+	// Loads adds the loads to the workload (see loads.go).
+	Loads bool
+	// KillPhases are the phases that follow a SIGKILL, whose errors the
+	// report states apart and TestHistory judges: a Client must not let
+	// one reach the application, but for what it cannot send twice (see
+	// unavoidable).
+	KillPhases []string
 	// Moves is the Client's WithMoves, if not the zero value.
 	Moves selector.Moves
 	// Params, if set, changes the run's Params for this schedule.
@@ -35,8 +42,8 @@ type Schedule struct {
 var Schedules = []Schedule{
 	{Name: "none", Round: none},
 	{Name: "stop", Round: stop},
-	{Name: "kill-fast", Round: killFast},
-	{Name: "kill-slow", Round: killSlow},
+	{Name: "kill-fast", KillPhases: killPhases, Round: killFast},
+	{Name: "kill-slow", KillPhases: killPhases, Round: killSlow},
 	{Name: "unnoticed-restart", Round: unnoticedRestart},
 	{Name: "two-out", Round: twoOut},
 	{Name: "ring-add-remove", Control: true, Round: addRemove},
@@ -44,8 +51,7 @@ var Schedules = []Schedule{
 	{Name: "ring-replace", Control: true, Round: replace},
 	{Name: "move-back", Control: true, Round: moveBack},
 	{Name: "moves", Control: true, Round: moves},
-	{Name: "unseen-change", Control: true, Round: unseenChange,
-		Known: "a client started after keys moved back to a server holding older values of them cannot tell those from current ones; closed when keys move with their slots (issue 20)"},
+	{Name: "unseen-change", Control: true, Round: unseenChange},
 	{Name: "flush", Round: flush},
 	{Name: "flush-departed", Control: true, Round: flushDeparted},
 	{Name: "new-client", Control: true, Params: movesParams, Round: newClient},
@@ -53,7 +59,15 @@ var Schedules = []Schedule{
 	{Name: "shared-servers", Control: true, Params: movesParams, Round: sharedServers},
 	{Name: "shared-prefix", Control: true, Params: movesParams, Moves: selector.Moves{Prefix: keyPrefix}, Round: sharedServers},
 	{Name: "absolute-exp", Control: true, Params: movesParams, Round: absoluteExpirations},
+	{Name: "loads", Control: true, Loads: true, Round: loads},
+	{Name: "loads-change", Control: true, Loads: true, Round: loadsChange},
+	{Name: "loads-failover", Control: true, Loads: true, Round: loadsFailover},
 }
+
+// killPhases are a kill round's phases: from the SIGKILL to the restart,
+// and the recovery after it (the phase "steady" between rounds lasts no
+// time).
+var killPhases = []string{"killed", "recovery"}
 
 // settle lets the client settle between faults: probes, returns, replays.
 func settle(e *Env) {
@@ -287,7 +301,8 @@ func moves(e *Env) error {
 // (a pod that was NotReady for a while and is Ready again); in the other a
 // spare is added and removed after the window (a scale-up, then a
 // scale-down). The Client that saw the change serves none of the old
-// values (its gains); the new one cannot tell them from current ones.
+// values (its gains); the new one none either: the servers' records of the
+// slots they lost tell it which are old (see the root package's lostKey).
 func unseenChange(e *Env) error {
 	var leave, back func() error
 	if m := e.Member(); e.Round%2 == 0 {

@@ -1,12 +1,14 @@
 package histcheck
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	selector "github.com/kubecache/k8s-memcache-selector"
 )
 
 // Target is what a run drives: the Client, or gomemcache's own client as
@@ -20,8 +22,18 @@ type Target interface {
 	FlushAll() error
 }
 
+// Loader is what the Client has beyond gomemcache's methods, for the
+// loads (see loads.go): gomemcache's client, which has neither, does
+// plain cache-aside instead.
+type Loader interface {
+	GetOrLoad(ctx context.Context, key string, opt selector.LoadOptions, load selector.LoadFunc) (*memcache.Item, error)
+	InvalidateContext(ctx context.Context, key string) error
+}
+
 var (
 	_ Target = (*memcache.Client)(nil)
+	_ Target = (*selector.Client)(nil)
+	_ Loader = (*selector.Client)(nil)
 )
 
 // errKind names the kind of an application error for the report: a few

@@ -22,10 +22,17 @@ type Workload struct {
 	// written while the handoff window is open after they move, but are
 	// written after it (issue 17, item 6: a move back after the window).
 	ColdKeys int
+	// LoadKeys are the loaded keys (see loads.go), in the schedules with
+	// loads: few, so that reads join loads and writes overlap them.
+	LoadKeys int
 }
 
 // DefaultWorkload is the mix of the bounded run.
-var DefaultWorkload = Workload{Workers: 8, Keys: 200, CounterKeys: 40, ColdKeys: 300}
+var DefaultWorkload = Workload{Workers: 8, Keys: 200, CounterKeys: 40, ColdKeys: 300, LoadKeys: 20}
+
+// loadShare is the percentage of operations on the loaded keys, in the
+// schedules with loads.
+const loadShare = 40
 
 // driver is the state the workers share with the fault schedule.
 type driver struct {
@@ -40,6 +47,11 @@ type driver struct {
 	done    atomic.Bool
 	absExp  atomic.Bool // half the Sets of register keys have an absolute expiration (see absExp)
 	stats   []*opStats  // one per worker, and the schedule's
+	// db is the loads' database, in the schedules with loads, else nil.
+	db *database
+	// reserved is a loaded key the schedule alone uses for a while (see
+	// meetCAS), or nil.
+	reserved atomic.Pointer[string]
 }
 
 // opStats counts one goroutine's operations and errors.
@@ -115,6 +127,10 @@ func (d *driver) op(rng *rand.Rand, log *Log, st *opStats) {
 	phase := *d.phase.Load()
 	reg := regKey(rng.IntN(d.w.Keys))
 	ctr := counterKey(rng.IntN(d.w.CounterKeys))
+	if d.db != nil && rng.IntN(100) < loadShare {
+		d.loadOp(rng, log, st, phase)
+		return
+	}
 	start := log.Now()
 	ev := func(k Kind, op, key string, counter bool) Event {
 		return Event{Kind: k, Op: op, Key: key, Counter: counter, Start: start, Phase: phase}
@@ -264,6 +280,9 @@ func (d *driver) fill(rec *Recorder) {
 			}
 			for i := f; i < d.w.CounterKeys; i += fillers {
 				d.setCounter(log, counterKey(i), "fill", st)
+			}
+			for i := f; d.db != nil && i < d.w.LoadKeys; i += fillers {
+				d.dbWrite(d.t, log, st, loadKey(i), "fill", "set")
 			}
 		})
 	}
