@@ -65,13 +65,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.slots == nil {
-		g.slots = make([]atomic.Uint32, 1<<slotBits)
-	}
-	evs := g.list()
-	if len(evs) > maxGainEvents {
-		evs = g.compact(evs, new.past)
-	}
+	evs := g.begin(new.past)
 	// The gains, and the ones the slots had (lost), are published before
 	// any slot refers to the new ones, so that a read through the routing
 	// still in use finds each slot's gains as soon as the slot is marked: a
@@ -126,13 +120,7 @@ func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.slots == nil {
-		g.slots = make([]atomic.Uint32, 1<<slotBits)
-	}
-	evs := g.list()
-	if len(evs) > maxGainEvents {
-		evs = g.compact(evs, rt.past)
-	}
+	evs := g.begin(rt.past)
 	byFloor := map[uint64]uint32{}
 	for _, r := range rec.runs {
 		if _, ok := byFloor[r.floor]; !ok {
@@ -179,6 +167,20 @@ func addLost(losses []loss, byLoser map[*server]int, s *server, slot uint32) []l
 		losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
 	}
 	return losses
+}
+
+// begin makes the table if there is none, and returns a copy of the gains
+// to add to, compacted past maxGainEvents (kept: the gains of past rings).
+// Called with g.mu held.
+func (g *gains) begin(kept []past) []*gain {
+	if g.slots == nil {
+		g.slots = make([]atomic.Uint32, 1<<slotBits)
+	}
+	evs := g.list()
+	if len(evs) > maxGainEvents {
+		evs = g.compact(evs, kept)
+	}
+	return evs
 }
 
 // maxGainEvents is how many gains are kept before the ones no slot refers

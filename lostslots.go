@@ -133,38 +133,37 @@ func (c *Client) noteLossesAgain(ls []loss) {
 // since. That spares the record's server most of the clients' writes
 // when every pod of an application sees a change at once.
 func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
-	if !again {
-		var got *memcache.Item
-		err := l.s.call(func(w wire) (err error) { got, err = w.Get(ctx, lostKey); return })
-		if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-			return err
-		}
-		if got != nil {
-			if rec, err := decodeLost(got.Value); err == nil && covers(rec.runs, l.runs) {
-				return nil
-			}
-		}
-	}
-	start, f, err := c.floorOf(ctx, l.s)
-	if err != nil {
-		return err
-	}
-	runs := slices.Clone(l.runs)
-	for i := range runs {
-		runs[i].floor = f
-	}
+	var start int64
+	var runs []lostRun // l's, with this client's floor: taken once a write is due
 	for attempt := 0; ; attempt++ {
 		var got *memcache.Item
 		err := l.s.call(func(w wire) (err error) { got, err = w.Get(ctx, lostKey); return })
-		rec := lostRecord{start: start}
+		var old lostRecord
+		decoded := false
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 		case err != nil:
 			return err
 		default:
-			if old, err := decodeLost(got.Value); err == nil && old.start == start {
-				rec = old
+			old, err = decodeLost(got.Value)
+			decoded = err == nil
+		}
+		if !again && decoded && covers(old.runs, l.runs) {
+			return nil
+		}
+		if runs == nil {
+			var f uint64
+			if start, f, err = c.floorOf(ctx, l.s); err != nil {
+				return err
 			}
+			runs = slices.Clone(l.runs)
+			for i := range runs {
+				runs[i].floor = f
+			}
+		}
+		rec := lostRecord{start: start}
+		if decoded && old.start == start {
+			rec = old
 		}
 		merged := mergeLost(rec.runs, runs)
 		if got != nil && slices.Equal(merged, rec.runs) {

@@ -300,112 +300,68 @@ func (p *Pool) unpinLocked(key string) {
 	p.npins.Add(-1)
 }
 
-// Get is [Conn.Get] on one of p's connections.
-func (p *Pool) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
+// send runs f on one of p's connections: key's (see keyConn), pinning key
+// to it if f's request was abandoned (see pin), or for keyed false any.
+// A request that found its connection closed before it was queued was
+// never sent, and goes on another, sendTries times at most.
+func send[T any](ctx context.Context, p *Pool, keyed bool, key string, f func(c *Conn) (T, error)) (T, error) {
 	for try := 1; ; try++ {
-		c, err := p.keyConn(ctx, key)
-		if err != nil {
-			return Item{}, err
+		var c *Conn
+		var err error
+		if keyed {
+			c, err = p.keyConn(ctx, key)
+		} else {
+			c, err = p.conn(ctx)
 		}
-		it, err := c.Get(ctx, key, o)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := f(c)
 		if err != nil && unsent(err) && try < sendTries {
 			continue
 		}
-		p.pin(key, err)
-		return it, err
+		if keyed {
+			p.pin(key, err)
+		}
+		return v, err
 	}
+}
+
+// Get is [Conn.Get] on one of p's connections.
+func (p *Pool) Get(ctx context.Context, key string, o GetOptions) (Item, error) {
+	return send(ctx, p, true, key, func(c *Conn) (Item, error) { return c.Get(ctx, key, o) })
 }
 
 // Set is [Conn.Set] on one of p's connections.
 func (p *Pool) Set(ctx context.Context, key string, value []byte, o SetOptions) (Item, error) {
-	for try := 1; ; try++ {
-		c, err := p.keyConn(ctx, key)
-		if err != nil {
-			return Item{}, err
-		}
-		it, err := c.Set(ctx, key, value, o)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		p.pin(key, err)
-		return it, err
-	}
+	return send(ctx, p, true, key, func(c *Conn) (Item, error) { return c.Set(ctx, key, value, o) })
 }
 
 // Delete is [Conn.Delete] on one of p's connections.
 func (p *Pool) Delete(ctx context.Context, key string, o DeleteOptions) error {
-	for try := 1; ; try++ {
-		c, err := p.keyConn(ctx, key)
-		if err != nil {
-			return err
-		}
-		err = c.Delete(ctx, key, o)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		p.pin(key, err)
-		return err
-	}
+	_, err := send(ctx, p, true, key, func(c *Conn) (struct{}, error) { return struct{}{}, c.Delete(ctx, key, o) })
+	return err
 }
 
 // Arith is [Conn.Arith] on one of p's connections.
 func (p *Pool) Arith(ctx context.Context, key string, o ArithOptions) (Counter, error) {
-	for try := 1; ; try++ {
-		c, err := p.keyConn(ctx, key)
-		if err != nil {
-			return Counter{}, err
-		}
-		n, err := c.Arith(ctx, key, o)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		p.pin(key, err)
-		return n, err
-	}
+	return send(ctx, p, true, key, func(c *Conn) (Counter, error) { return c.Arith(ctx, key, o) })
 }
 
 // GetMulti is [Conn.GetMulti] on one of p's connections: all of keys go to
 // this one server in one batch.
 func (p *Pool) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[string]Item, error) {
-	for try := 1; ; try++ {
-		c, err := p.conn(ctx)
-		if err != nil {
-			return nil, err
-		}
-		m, err := c.GetMulti(ctx, keys, o)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		return m, err
-	}
+	return send(ctx, p, false, "", func(c *Conn) (map[string]Item, error) { return c.GetMulti(ctx, keys, o) })
 }
 
 // ItemSizeMax is [Conn.ItemSizeMax] on one of p's connections.
 func (p *Pool) ItemSizeMax(ctx context.Context) (int, error) {
-	for try := 1; ; try++ {
-		c, err := p.conn(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n, err := c.ItemSizeMax(ctx)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		return n, err
-	}
+	return send(ctx, p, false, "", func(c *Conn) (int, error) { return c.ItemSizeMax(ctx) })
 }
 
 // Noop is [Conn.Noop] on one of p's connections.
 func (p *Pool) Noop(ctx context.Context) error {
-	for try := 1; ; try++ {
-		c, err := p.conn(ctx)
-		if err != nil {
-			return err
-		}
-		err = c.Noop(ctx)
-		if err != nil && unsent(err) && try < sendTries {
-			continue
-		}
-		return err
-	}
+	_, err := send(ctx, p, false, "", func(c *Conn) (struct{}, error) { return struct{}{}, c.Noop(ctx) })
+	return err
 }
