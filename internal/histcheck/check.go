@@ -152,7 +152,7 @@ func Check(h []Event) Result {
 		// The producer rule.
 		w1, end := Event{}, time.Duration(-1)
 		for _, p := range ps {
-			if !p.OK {
+			if !p.OK && !p.Abandoned {
 				end = unknownEnd
 				break
 			}

@@ -17,6 +17,11 @@ func del(key string, start, end int, ok bool) Event {
 	return Event{Kind: Delete, Op: "delete", Key: key, Start: ms(start), End: ms(end), OK: ok}
 }
 
+func abandoned(e Event) Event {
+	e.Abandoned = true
+	return e
+}
+
 func get(key, v string, start, end int) Event {
 	return Event{Kind: Read, Op: "get", Key: key, Value: v, Found: v != "", Start: ms(start), End: ms(end)}
 }
@@ -63,6 +68,12 @@ func TestCheck(t *testing.T) {
 		{name: "failed w1 has no end", // it may land any time after it failed
 			h: []Event{set("k", "v1", 0, 1, false), set("k", "v2", 2, 3, true), get("k", "v1", 4, 5)}},
 		{name: "delete", h: []Event{set("k", "v1", 0, 1, true), del("k", 2, 3, true), get("k", "v1", 4, 5)}, stale: 1, rule: "producer"},
+		{name: "abandoned w1 lands before the next write", // Event.Abandoned: the Client pins its key
+			h: []Event{abandoned(set("k", "v1", 0, 1, false)), set("k", "v2", 2, 3, true), get("k", "v1", 4, 5)}, stale: 1, rule: "producer"},
+		{name: "abandoned w1 concurrent with w2 not stale",
+			h: []Event{abandoned(set("k", "v1", 0, 3, false)), set("k", "v2", 2, 4, true), get("k", "v1", 5, 6)}},
+		{name: "abandoned w2 never proves", // it may never have been sent
+			h: []Event{set("k", "v1", 0, 1, true), abandoned(set("k", "v2", 2, 3, false)), get("k", "v1", 4, 5)}},
 		{name: "failed delete", h: []Event{set("k", "v1", 0, 1, true), del("k", 2, 3, false), get("k", "v1", 4, 5)}},
 		{name: "miss always allowed", h: []Event{set("k", "v1", 0, 1, true), get("k", "", 4, 5)}},
 		{name: "miss after delete", h: []Event{set("k", "v1", 0, 1, true), del("k", 2, 3, true), get("k", "", 4, 5)}},

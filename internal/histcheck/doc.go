@@ -73,6 +73,19 @@
 // counters meet, so that a lease's set sent to a server that did not issue
 // it lands.
 //
+// # Abandoned writes
+//
+// The schedule abandon gives every operation a deadline (Params.Deadline)
+// shorter than the stalls it makes on some connections (stallProxy): a
+// write there is abandoned by its caller, who writes the key again, and
+// lands when the stall ends. The Client promises that such a write lands,
+// if at all, before the key's next write or delete by the same client,
+// as it pins the key to the request's connection (meta.Pool); so the
+// rule takes an abandoned write's end as an acknowledged write's
+// (Event.Abandoned), though never as the newer write w2. The control,
+// whose Timeout plays the deadline, sends the next write on another
+// connection, and the abandoned value lands over it.
+//
 // # Errors after a kill
 //
 // The kill schedules name the phases after a SIGKILL (Schedule.KillPhases):

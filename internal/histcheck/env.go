@@ -22,6 +22,10 @@ type Params struct {
 	HandoffTTL    time.Duration
 	Members       int // servers in the ring at the start
 	Spares        int // servers running outside it, for ring changes
+	// Deadline, if set, is every operation's deadline (the Client's
+	// context; gomemcache's Timeout), and puts a stallProxy before each
+	// server (see abandon).
+	Deadline time.Duration
 }
 
 // DefaultParams are the bounded run's.
@@ -68,6 +72,16 @@ type Env struct {
 	counts  []Count
 	app     *memcache.Client // another application on the same servers (see sharedServers)
 	met     [2]int           // lease sets across a change: the CAS meetings made, and tried (see leaseAcross)
+	proxies []*stallProxy    // one a server, with Params.Deadline (see abandon)
+}
+
+// addr is the address the clients dial for server i: its proxy's, if it
+// has one.
+func (e *Env) addr(i int) string {
+	if e.proxies != nil {
+		return e.proxies[i].Addr()
+	}
+	return e.Servers[i].Addr
 }
 
 // Remaining reports whether the schedule has time left for another round.
@@ -129,7 +143,7 @@ func (e *Env) isMember(i int) bool {
 func (e *Env) SetMembers(idx ...int) error {
 	addrs := make([]string, len(idx))
 	for i, j := range idx {
-		addrs[i] = e.Servers[j].Addr
+		addrs[i] = e.addr(j)
 	}
 	if err := e.list.SetServers(addrs...); err != nil {
 		return err
@@ -218,7 +232,7 @@ func (e *Env) Applied() {
 	}
 	want := map[string]bool{}
 	for _, m := range e.members {
-		want[e.Servers[m].Addr] = true
+		want[e.addr(m)] = true
 	}
 	start := time.Now()
 	for time.Since(start) < 10*time.Second {

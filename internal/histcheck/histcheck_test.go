@@ -119,6 +119,13 @@ func judge(t *testing.T, s Schedule, r *Report) {
 	if s.Loads && (r.Ops["getorload"]+r.Ops["cache-aside"] == 0 || r.Loads == 0) {
 		t.Errorf("the loads did nothing: %d reads through the cache, %d database reads", r.Ops["getorload"]+r.Ops["cache-aside"], r.Loads)
 	}
+	if s.Params != nil {
+		var p Params
+		s.Params(&p)
+		if p.Deadline > 0 && r.Stalls == 0 {
+			t.Errorf("no write was stalled: the schedule did nothing")
+		}
+	}
 	judgeKillErrors(t, r)
 }
 

@@ -40,6 +40,14 @@ type Event struct {
 	// OK reports that a Write, Delete, Incr or Flush was acknowledged:
 	// it returned no error (a Delete or Incr also ErrCacheMiss).
 	OK bool
+	// Abandoned says that a Write failed because its caller's deadline
+	// passed, in a schedule of abandoned writes (Params.Deadline). The
+	// Client promises that such a write, if it lands at all, lands before
+	// the key's next write or delete by the same client begins (it pins
+	// the key to the request's connection): Check takes its End as an
+	// acknowledged write's, though it is never the newer write that makes
+	// a read stale.
+	Abandoned bool
 	// Err is the error's kind (see errKind), "" for none.
 	Err   string
 	Phase string // the fault schedule's phase when the operation began

@@ -33,6 +33,10 @@ type Report struct {
 	// CASMet are the lease sets across a change that met a newer value
 	// with the lease's CAS id, and the ones tried (see leaseAcross).
 	CASMet [2]int
+	// Stalls are the writes the stallProxies held, and Abandoned the
+	// writes whose callers' deadlines passed, in a schedule of abandoned
+	// writes (see Event.Abandoned).
+	Stalls, Abandoned int
 	// Counts are the keys the schedule checked at the end (see Env.Count).
 	Counts   []Count
 	Moves    string // the Client's MoveStats at the end
@@ -65,6 +69,9 @@ func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, eve
 		}
 	}
 	for _, e := range events {
+		if e.Abandoned {
+			r.Abandoned++
+		}
 		if e.Kind == Read {
 			r.getReads++
 			if e.Found {
@@ -174,6 +181,9 @@ func (r *Report) String() string {
 			fmt.Fprintf(&b, " [%s]=%d", k, r.KillErrors[k])
 		}
 		b.WriteString("\n")
+	}
+	if r.Stalls > 0 {
+		fmt.Fprintf(&b, "  writes stalled: %d; writes abandoned by their callers: %d\n", r.Stalls, r.Abandoned)
 	}
 	if r.Loads > 0 {
 		fmt.Fprintf(&b, "  database reads by the loads: %d\n", r.Loads)

@@ -1,11 +1,13 @@
 package histcheck
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -80,6 +82,16 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	list := new(selector.ServerList)
 	env := &Env{Rng: rand.New(rand.NewPCG(seed, 1)), Params: p, Servers: servers, list: list, log: rec.Log(), st: newOpStats(),
 		control: k == Gomemcache, pool: k == ClientReplicated}
+	if p.Deadline > 0 {
+		for _, m := range servers {
+			sp, err := newStallProxy(m.Addr)
+			if err != nil {
+				return nil, err
+			}
+			defer sp.Close()
+			env.proxies = append(env.proxies, sp)
+		}
+	}
 	members := make([]int, p.Members)
 	for i := range members {
 		members[i] = i
@@ -107,6 +119,9 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	}()
 
 	d := newDriver(t, rec, cfg.Workload)
+	if p.Deadline > 0 {
+		d.abandoned = abandonedBy(k)
+	}
 	if s.Loads {
 		d.db = newDatabase()
 	}
@@ -156,6 +171,9 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
 	r.Start, r.Fill, r.Close = startTime, fillTime, closeTime
 	r.Counts, r.Moves, r.CASMet = env.counts, moves, env.met
+	for _, sp := range env.proxies {
+		r.Stalls += sp.held()
+	}
 	if d.db != nil {
 		r.Loads = int(d.db.loads.Load())
 	}
@@ -169,6 +187,9 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config, moves select
 	if k == Gomemcache {
 		mc := memcache.NewFromSelector(list)
 		mc.Timeout = p.Timeout
+		if p.Deadline > 0 {
+			mc.Timeout = p.Deadline
+		}
 		mc.MaxIdleConns = cfg.Workload.Workers
 		return mc, func() { mc.Close() }, nil
 	}
@@ -199,5 +220,21 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config, moves select
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.Deadline > 0 {
+		return deadlined{c, p.Deadline}, func() { c.Close() }, nil
+	}
 	return c, func() { c.Close() }, nil
+}
+
+// abandonedBy returns what says that a write of target k failed because
+// its caller's deadline passed (Params.Deadline), for Event.Abandoned:
+// the Client's context, or gomemcache's Timeout.
+func abandonedBy(k TargetKind) func(error) bool {
+	if k == Gomemcache {
+		return func(err error) bool {
+			var ne net.Error
+			return errors.As(err, &ne) && ne.Timeout()
+		}
+	}
+	return func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
 }

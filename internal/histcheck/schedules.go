@@ -62,6 +62,7 @@ var Schedules = []Schedule{
 	{Name: "loads", Control: true, Loads: true, Round: loads},
 	{Name: "loads-change", Control: true, Loads: true, Round: loadsChange},
 	{Name: "loads-failover", Control: true, Loads: true, Round: loadsFailover},
+	{Name: "abandon", Control: true, Params: abandonParams, Round: abandon},
 }
 
 // killPhases are a kill round's phases: from the SIGKILL to the restart,
@@ -368,5 +369,35 @@ func flushDeparted(e *Env) error {
 		return err
 	}
 	settle(e)
+	return nil
+}
+
+// abandonParams give every operation a deadline shorter than abandon's
+// stalls, and the Client a timeout longer than them: a request that times
+// out closes its connection, and the Client does not promise when what it
+// had sent there lands (see meta.Pool), whereas one whose caller left it
+// keeps its key pinned to the connection.
+func abandonParams(p *Params) {
+	p.Deadline = 100 * time.Millisecond
+	p.Timeout = 3 * time.Second
+}
+
+// abandon stalls connections to the members for longer than the
+// operations' deadline, each at the next write it carries: the writes on
+// them are abandoned by their callers, who write their keys again
+// meanwhile, and land when the stall ends. The Client must run its later
+// writes of those keys after them; gomemcache's client, whose Timeout
+// closes the connection, sends them on another, and the abandoned value
+// lands over them.
+func abandon(e *Env) error {
+	d := e.Between(3*e.Params.Deadline, 8*e.Params.Deadline)
+	n := 2 + e.Rng.IntN(3)
+	e.Phase("stalled")
+	for _, i := range e.members {
+		e.proxies[i].Stall(d, n)
+	}
+	e.Step("stall the next write on %d connections to each member for %v", n, d)
+	e.Sleep(d + e.Between(100*time.Millisecond, 300*time.Millisecond))
+	e.Phase("steady")
 	return nil
 }

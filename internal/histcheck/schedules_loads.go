@@ -237,7 +237,7 @@ func (e *Env) owners(idx []int) (map[string]int, error) {
 	byAddr := map[string]int{}
 	addrs := make([]string, len(idx))
 	for i, j := range idx {
-		addrs[i] = e.Servers[j].Addr
+		addrs[i] = e.addr(j)
 		byAddr[addrs[i]] = j
 	}
 	var ring selector.ServerList
@@ -271,7 +271,7 @@ func (e *Env) waitOut(i int) {
 	start := time.Now()
 	for time.Since(start) < 3*time.Second {
 		for _, s := range c.Stats().Servers {
-			if s.Addr == e.Servers[i].Addr && s.State != "up" {
+			if s.Addr == e.addr(i) && s.State != "up" {
 				e.Step("the target took %d out in %v", i, time.Since(start).Round(time.Millisecond))
 				return
 			}

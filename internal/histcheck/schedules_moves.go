@@ -119,7 +119,7 @@ func sharedServers(e *Env) error {
 	if e.app == nil {
 		addrs := make([]string, len(e.members))
 		for i, m := range e.members {
-			addrs[i] = e.Servers[m].Addr
+			addrs[i] = e.addr(m)
 		}
 		e.app = memcache.New(addrs...)
 		e.app.Timeout = 10 * e.Params.Timeout // it sees no fault: a loaded machine's pauses are not one

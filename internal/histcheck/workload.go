@@ -52,6 +52,9 @@ type driver struct {
 	// reserved is a loaded key the schedule alone uses for a while (see
 	// meetCAS), or nil.
 	reserved atomic.Pointer[string]
+	// abandoned, if set, says that a write's error is its caller's
+	// deadline (see Event.Abandoned).
+	abandoned func(error) bool
 }
 
 // opStats counts one goroutine's operations and errors.
@@ -239,6 +242,7 @@ func (d *driver) ack(log *Log, e *Event, err error, st *opStats) {
 	e.End = log.Now()
 	e.OK = err == nil
 	e.Err = errKind(err)
+	e.Abandoned = err != nil && e.Kind == Write && d.abandoned != nil && d.abandoned(err)
 	log.Add(*e)
 	st.count(e.Op, e.Phase, err)
 }
