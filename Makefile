@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long
+.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long histcheck-report
 
 test: unit e2e
 
@@ -61,7 +61,8 @@ test-deps:
 # by the Client. HISTCHECK_SEED reruns a seed it printed. make
 # histcheck-long runs each schedule for HISTCHECK_DURATION (make bench-e2e
 # runs it, and goes on to the benchmarks if it fails: its output is in
-# histcheck-long.out).
+# histcheck-long.out). make histcheck-report runs the long run and
+# rewrites BENCHMARKS.md's history section alone from it.
 HISTCHECK_DURATION ?= 60s
 histcheck: test-deps
 	$(GO) test -race -count=1 -run '^(TestHistory|TestStaleSet)$$' -v ./internal/histcheck/
@@ -71,6 +72,9 @@ histcheck-long: .SHELLFLAGS := -o pipefail -c
 histcheck-long: test-deps
 	$(GO) test -count=1 -timeout 120m -run '^TestHistory$$' -v ./internal/histcheck/ \
 		-histcheck.duration $(HISTCHECK_DURATION) -histcheck.workers 16 | tee histcheck-long.out
+
+histcheck-report: histcheck-long
+	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out -o BENCHMARKS.md
 
 vet:
 	$(GO) mod download

@@ -80,7 +80,7 @@ func histcheckSection(w *bytes.Buffer, path string) error {
 	}
 	fi, _ := os.Stat(path)
 	fmt.Fprintf(w, "## History checker (long run)\n\n")
-	fmt.Fprintf(w, "From `make histcheck-long` (internal/histcheck, part of `make bench-e2e`; %s): every fault schedule through the sharded and the replicated Client and, as the control, gomemcache's own client, each over memcached processes of its own. A read is stale if it returns the value of a write w1 when another write or delete of the key began after w1 ended and was acknowledged before the read began. Known gaps (docs/consistency.md, \"What is not covered\") are reported apart, not counted in the totals.\n\n",
+	fmt.Fprintf(w, "From `make histcheck-long` (internal/histcheck, part of `make bench-e2e`; `make histcheck-report` reruns it and rewrites this section alone; %s): every fault schedule through the sharded and the replicated Client and, as the control, gomemcache's own client, each over memcached processes of its own. A read is stale if it returns the value of a write w1 when another write or delete of the key began after w1 ended and was acknowledged before the read began. Known gaps (docs/consistency.md, \"What is not covered\") are reported apart, not counted in the totals.\n\n",
 		fi.ModTime().UTC().Format("2006-01-02 15:04 MST"))
 	header := []string{"schedule"}
 	for _, t := range histTargets {

@@ -41,6 +41,7 @@ var (
 	histFile      = flag.String("histcheck", "", "output `file` of make histcheck-long to summarize, if it exists")
 	leasesFile    = flag.String("leases", "", "the JSON `file` that TestLeaseMeasure wrote with -lease.json, if it exists")
 	command       = flag.String("command", "make bench", "the `command` that produced the report, for its header")
+	section       = flag.String("section", "", "rewrite only this `section` of the report (-o) in place, from its input: histcheck (-histcheck); the others stay as the run that made them left them")
 )
 
 func main() {
@@ -59,6 +60,9 @@ type goal struct {
 }
 
 func run() error {
+	if *section != "" {
+		return rewriteSection(*outFile, *section)
+	}
 	start := time.Now()
 	fig, err := readFigures(*qualityFile)
 	if err != nil {
