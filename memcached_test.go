@@ -30,6 +30,13 @@ type memcached struct {
 // startMemcached starts n memcached servers, which the test stops.
 func startMemcached(t testing.TB, n int) []*memcached {
 	t.Helper()
+	return startMemcachedWith(t, n)
+}
+
+// startMemcachedWith is startMemcached with memcached's arguments extra
+// beyond the test's own.
+func startMemcachedWith(t testing.TB, n int, extra ...string) []*memcached {
+	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
 		if os.Getenv("SELECTOR_REQUIRE_PEERS") != "" {
@@ -45,7 +52,7 @@ func startMemcached(t testing.TB, n int) []*memcached {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		ms[i] = &memcached{t: t, addr: addr}
+		ms[i] = &memcached{t: t, addr: addr, extra: extra}
 		ms[i].start(bin)
 		t.Cleanup(ms[i].kill)
 	}
