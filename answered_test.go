@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -100,5 +101,43 @@ func TestAnswered(t *testing.T) {
 		{"broken", io.ErrUnexpectedEOF, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, answered(tc.err)) })
+	}
+}
+
+// TestIncrementOfPlaceholderIsAMiss: a key that another client's copy has
+// reserved holds an empty placeholder (mg N), which memcached increments
+// as text ("non-numeric"). To the Client the key has no value, as to its
+// reads: Increment and Decrement miss, as gomemcache's do on a key with no
+// value, instead of failing with an error no application can act on (the
+// history checker's flap and kill schedules met it after each change).
+func TestIncrementOfPlaceholderIsAMiss(t *testing.T) {
+	ms := startMemcached(t, 1)
+	c, _ := newTestClient(t, addrsOf(ms))
+	for _, tc := range []struct {
+		name string
+		op   func(key string) error
+	}{
+		{"increment", func(k string) error { _, err := c.Increment(k, 1); return err }},
+		{"decrement", func(k string) error { _, err := c.Decrement(k, 1); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "reserved-" + tc.name
+			nc, err := net.Dial("tcp", ms[0].addr)
+			require.NoError(t, err)
+			defer nc.Close()
+			_, err = fmt.Fprintf(nc, "mg %s N30 c\r\n", key)
+			require.NoError(t, err)
+			line, err := bufio.NewReader(nc).ReadString('\n')
+			require.NoError(t, err)
+			require.Contains(t, line, " W", "the placeholder was made")
+
+			require.ErrorIs(t, tc.op(key), memcache.ErrCacheMiss)
+			_, err = c.Get(key)
+			require.ErrorIs(t, err, memcache.ErrCacheMiss)
+
+			// Once the copy fills it, the value counts as any other.
+			require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: key, Value: []byte("10")}))
+			require.NoError(t, tc.op(key))
+		})
 	}
 }

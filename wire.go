@@ -250,8 +250,24 @@ func (w metaWire) DeleteCAS(ctx context.Context, key string, cas uint64) error {
 	return gomemcacheErr("delete", w.p.Delete(ctx, key, meta.DeleteOptions{CompareCAS: cas}))
 }
 
+// Arith adds delta to key's value. A copy's placeholder (see Reserve) is
+// no value to this Client, but memcached answers an arithmetic on its
+// empty value as on text ("non-numeric"): a refusal of that kind is
+// checked, and a placeholder is a miss, as the key is to a reader. A
+// value that filled the placeholder in between is tried once more.
 func (w metaWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
-	n, err := w.p.Arith(ctx, key, meta.ArithOptions{Decrement: decr, Delta: delta, Value: true})
+	o := meta.ArithOptions{Decrement: decr, Delta: delta, Value: true}
+	n, err := w.p.Arith(ctx, key, o)
+	var ce *meta.ClientError
+	if errors.As(err, &ce) {
+		it, gerr := w.p.Get(ctx, key, meta.GetOptions{})
+		switch {
+		case gerr == nil && placeholder(it):
+			err = meta.ErrMiss
+		case gerr == nil:
+			n, err = w.p.Arith(ctx, key, o)
+		}
+	}
 	if err != nil {
 		return 0, gomemcacheErr("incr", err)
 	}
