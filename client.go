@@ -373,14 +373,15 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 		}
 	}
 	old := c.rt.Load()
-	c.publish(rt)
-	c.noteLossesAgain(losses)
 	if len(rt.past) > 0 && (old == nil || old.base != rt.base && ringID(old) != ringID(rt) || liveChanged(old, rt) || regained) {
 		// New members, or a member back in the live ring (one that
 		// returns after it left is out until it answers): move the keys
-		// that changed owner.
+		// that changed owner. Noted before the routing is published, so
+		// that MoveStats.Busy is true from when Stats shows it.
 		c.mover.newMembers(now)
 	}
+	c.publish(rt)
+	c.noteLossesAgain(losses)
 	return max(next, time.Millisecond)
 }
 

@@ -90,15 +90,22 @@ func (c *Client) moveLoop() {
 		// what it left. Keys this client left (a copy that failed under
 		// load, or waited on another's placeholder) are listed again
 		// sooner, backing off: a server that drains keeps none for want
-		// of a round. A new change ends this.
-		for try := range maxTakeOvers {
+		// of a round, and a try that moved some of them does not count
+		// against the limit. A new change ends this.
+		pending := -1
+		for try, stalled := 0, 0; stalled < maxTakeOvers; try++ {
 			held, left := c.moveRoundUntilChange()
 			if !held && !left {
 				break
 			}
+			if n := c.mover.totals().Pending; !held && (pending < 0 || n < pending) {
+				stalled, pending = 0, n
+			} else {
+				stalled++
+			}
 			wait := c.mover.claim + time.Second
 			if !held { // within the claim kept (see moveFrom): the same run resumes
-				wait = min(time.Second<<try, c.mover.claim/2)
+				wait = min(time.Second<<min(try, 5), c.mover.claim/2)
 			}
 			select {
 			case <-time.After(wait):
@@ -110,6 +117,7 @@ func (c *Client) moveLoop() {
 			}
 			break
 		}
+		c.mover.idle()
 	}
 }
 
@@ -217,6 +225,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 	before := c.mover.totals()
 	listed := 0
 	retry := c.mover.takeLeft(p.addr.str) // what an earlier round of these members left at p
+	defer func() { c.mover.setPending(p.addr.str, len(c.mover.leftAt(p.addr.str))) }()
 	seen := map[string]bool{}
 	for _, k := range retry {
 		seen[k] = true
@@ -247,7 +256,8 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 		}
 		if err != nil {
 			c.log.Warn("moving keys: listing failed; they move when read", keyServer, p.addr.str, "error", err)
-			return false, false
+			c.mover.keepLeft(p.addr.str, retry) // the keys known are tried again
+			return false, len(retry) > 0
 		}
 		if pass == 0 {
 			if l.shared() {
@@ -274,6 +284,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 			break
 		}
 		listed += len(keys)
+		c.mover.setPending(p.addr.str, len(keys))
 		var ok bool
 		if ok, retry, nheld = c.moveKeys(ctx, p, key, keys); !ok {
 			return false, false // lost the claim: another client moves the rest

@@ -20,14 +20,17 @@ func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []str
 	for range moveWorkersFor(c.mover.rate) {
 		wg.Go(func() {
 			for k := range work {
-				if r := c.moveKey(ctx, p, k); r != moveDone {
-					mu.Lock()
-					retry = append(retry, k)
-					if r == moveHeld {
-						held++
-					}
-					mu.Unlock()
+				r := c.moveKey(ctx, p, k)
+				if r == moveDone {
+					c.mover.movedOne(p.addr.str)
+					continue
 				}
+				mu.Lock()
+				retry = append(retry, k)
+				if r == moveHeld {
+					held++
+				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -112,19 +115,14 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) moveResult 
 	case err == nil:
 		err = errNotMoved
 	}
-	c.mover.add(func(st *MoveStats) {
-		if err == nil {
-			st.Moved++
-		} else {
-			st.Left++
-		}
-	})
 	switch {
 	case err == nil:
+		c.mover.add(func(st *MoveStats) { st.Moved++ })
 		return moveDone
 	case res.from == nil && !res.failed && errors.Is(err, memcache.ErrCacheMiss):
 		return moveDone // p holds no value a read would serve: nothing to move, now or later
 	}
+	c.mover.add(func(st *MoveStats) { st.Left++ })
 	c.log.Debug("moving keys: a key stays where it was", keyServer, p.addr.str, "key", key, "to", s.addr.str, "error", err)
 	if errors.Is(err, errNotMoved) {
 		return moveHeld

@@ -18,11 +18,18 @@ type MoveStats struct {
 	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
 	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
 	Took    time.Duration // the time spent listing and moving, summed over the servers
+
+	// Now, not totals: what this client has still to do for the servers
+	// it routes by: this client's moves are done when Busy is false and
+	// Pending 0 (see docs/client.md, Moves).
+	Pending int  // keys listed at servers that do not own them and not moved yet: the round's, and those left for its next try
+	Busy    bool // a round is due, under way, or will try again the keys it left
 }
 
 func (a MoveStats) plus(b MoveStats) MoveStats {
 	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
-		a.Listed + b.Listed, a.Foreign + b.Foreign, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took}
+		a.Listed + b.Listed, a.Foreign + b.Foreign, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took,
+		a.Pending + b.Pending, a.Busy || b.Busy}
 }
 
 // mover is the state of a Client's moves: totals, and the servers whose
@@ -34,16 +41,18 @@ type mover struct {
 	kick  chan struct{} // a change to move the keys of
 	mu    sync.Mutex
 	stats MoveStats
-	told  map[string]bool     // servers whose refusal was logged
-	left  map[string][]string // keys a round left at a server (by address), for the next round
-	seen  time.Time           // when this client saw the members it routes by
+	told    map[string]bool     // servers whose refusal was logged
+	left    map[string][]string // keys a round left at a server (by address), for the next round
+	pending map[string]int      // keys listed at a server (by address) and not moved yet
+	busy    bool                // see MoveStats.Busy
+	seen    time.Time           // when this client saw the members it routes by
 }
 
 func newMover(rate int) *mover {
 	var b [8]byte
 	rand.Read(b[:])
 	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1),
-		told: map[string]bool{}, left: map[string][]string{}}
+		told: map[string]bool{}, left: map[string][]string{}, pending: map[string]int{}}
 }
 
 func (m *mover) signal() {
@@ -58,8 +67,31 @@ func (m *mover) signal() {
 func (m *mover) newMembers(now time.Time) {
 	m.mu.Lock()
 	m.seen = now
+	if m.rate > 0 { // else no move loop runs
+		m.busy = true
+		m.signal() // under the lock: idle sees the kick, or busy is set after it
+	}
 	m.mu.Unlock()
-	m.signal()
+}
+
+// idle notes that the move loop waits for a change, unless one came.
+func (m *mover) idle() {
+	m.mu.Lock()
+	if len(m.kick) == 0 {
+		m.busy = false
+	}
+	m.mu.Unlock()
+}
+
+// setPending notes that n keys listed at addr are still to move.
+func (m *mover) setPending(addr string, n int) {
+	m.mu.Lock()
+	if n == 0 {
+		delete(m.pending, addr)
+	} else {
+		m.pending[addr] = n
+	}
+	m.mu.Unlock()
 }
 
 // sinceMembers is the time since the client saw the members it routes by.
@@ -78,7 +110,12 @@ func (m *mover) add(f func(st *MoveStats)) {
 func (m *mover) totals() MoveStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	for _, n := range m.pending {
+		st.Pending += n
+	}
+	st.Busy = m.busy
+	return st
 }
 
 // firstRefusal reports whether addr's refusal is news, to be logged once.
@@ -99,6 +136,22 @@ func (m *mover) keepLeft(addr string, keys []string) {
 	m.mu.Unlock()
 }
 
+// leftAt returns the keys a round left at addr, for the next round.
+func (m *mover) leftAt(addr string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.left[addr]
+}
+
+// movedOne notes that one of the keys pending at addr moved.
+func (m *mover) movedOne(addr string) {
+	m.mu.Lock()
+	if m.pending[addr] > 0 {
+		m.pending[addr]--
+	}
+	m.mu.Unlock()
+}
+
 // takeLeft returns, and forgets, the keys a round left at addr.
 func (m *mover) takeLeft(addr string) []string {
 	m.mu.Lock()
@@ -113,5 +166,6 @@ func (m *mover) takeLeft(addr string) []string {
 func (m *mover) forgetLeft() {
 	m.mu.Lock()
 	clear(m.left)
+	clear(m.pending)
 	m.mu.Unlock()
 }

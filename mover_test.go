@@ -350,10 +350,19 @@ func TestMovesRetryWhatTheyLeft(t *testing.T) {
 	ss.setDraining([]string{ms[2].addr})
 	st := movesDone(t, c, 1)
 	require.Positive(t, st.Left, "the first round left the key whose owner held a placeholder")
+	// Stats first: a key still at its source then was not moved when they
+	// were taken (it leaves its source before it counts as moved).
+	st = c.Stats().Moves
+	if _, err := direct(ms[2].addr).Get(keys[0]); err == nil {
+		require.True(t, st.Busy, "a key left is tried again: %+v", st)
+		require.Equal(t, 1, st.Pending, "the key left is pending: %+v", st)
+	}
 	require.Eventually(t, func() bool {
 		_, err := direct(ms[2].addr).Get(keys[0])
 		return errors.Is(err, memcache.ErrCacheMiss)
 	}, time.Minute, 50*time.Millisecond, "a later round moved the key left")
+	require.Eventually(t, func() bool { st := c.Stats().Moves; return !st.Busy && st.Pending == 0 },
+		10*time.Second, 10*time.Millisecond, "the mover is done once the key moved: %+v", c.Stats().Moves)
 	st = c.Stats().Moves
 	require.Equal(t, len(keys), st.Moved, "every key moved, once")
 	require.Equal(t, 1, st.Sources, "the later rounds resumed the first's claim")

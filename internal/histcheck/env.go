@@ -255,34 +255,31 @@ func (e *Env) Applied() {
 	e.Step("the target did not apply the change in 10s")
 }
 
-// Settled waits until the target's members are all up and its moves have
-// stopped for a second (30 s at most), so that a count of the keys kept
-// measures what the moves kept, not how far they got: a member back in
-// the ring is out until it answers, and its keys move to it then.
+// Settled waits until the target's members are all up and its moves are
+// done (MoveStats.Busy false, no key pending; 60 s at most), so that a
+// count of the keys kept measures what the moves kept, not how far they
+// got: a member back in the ring is out until it answers, and its keys
+// move to it then; keys a round left are tried again seconds later.
 func (e *Env) Settled() {
 	c, ok := e.d.t.(*selector.Client)
 	if !ok {
 		return
 	}
 	start := time.Now()
-	last, since := c.Stats().Moves, start
-	for time.Since(start) < 30*time.Second {
+	for time.Since(start) < 60*time.Second {
 		e.Sleep(100 * time.Millisecond)
 		st := c.Stats()
 		up := true
 		for _, s := range st.Servers {
 			up = up && (s.State == "up" || s.State == "gone")
 		}
-		if st.Moves != last || !up {
-			last, since = st.Moves, time.Now()
-			continue
-		}
-		if time.Since(since) >= time.Second {
+		if up && !st.Moves.Busy && st.Moves.Pending == 0 {
 			e.Step("the target's moves settled in %v", time.Since(start).Round(time.Millisecond))
 			return
 		}
 	}
-	e.Step("the target's moves did not settle in 30s")
+	st := c.Stats().Moves
+	e.Step("the target's moves did not settle in 60s: busy %v, %d keys pending", st.Busy, st.Pending)
 }
 
 // Join makes change, with the workers quiesced, and then starts a second

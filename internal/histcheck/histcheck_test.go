@@ -2,6 +2,7 @@ package histcheck
 
 import (
 	"flag"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -24,6 +25,7 @@ var (
 	workersFlag  = flag.Int("histcheck.workers", DefaultWorkload.Workers, "goroutines issuing operations, per target")
 	targetsFlag  = flag.String("histcheck.targets", "client,client-replicated,gomemcache",
 		"the targets, run side by side on each schedule: client, client-replicated, client-byzone-static, gomemcache")
+	logFlag = flag.Bool("histcheck.log", false, "the Clients' log, at debug level, on stderr")
 )
 
 func runSeed(t *testing.T) uint64 {
@@ -60,6 +62,9 @@ func TestHistory(t *testing.T) {
 	w := DefaultWorkload
 	w.Workers = *workersFlag
 	cfg := Config{Seed: runSeed(t), Duration: *durationFlag, Workload: w, Params: DefaultParams}
+	if *logFlag {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	var kinds []TargetKind
 	for k := range strings.SplitSeq(*targetsFlag, ",") {
 		kinds = append(kinds, TargetKind(k))
