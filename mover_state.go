@@ -35,12 +35,12 @@ func (a MoveStats) plus(b MoveStats) MoveStats {
 // mover is the state of a Client's moves: totals, and the servers whose
 // refusal was logged. Its own lock; the Client calls it, never the reverse.
 type mover struct {
-	rate  int
-	claim time.Duration // a claim's expiration, renewed at a third of it
-	token string        // this client's claim value
-	kick  chan struct{} // a change to move the keys of
-	mu    sync.Mutex
-	stats MoveStats
+	rate    int
+	claim   time.Duration // a claim's expiration, renewed at a third of it
+	token   string        // this client's claim value
+	kick    chan struct{} // a change to move the keys of
+	mu      sync.Mutex
+	stats   MoveStats
 	told    map[string]bool     // servers whose refusal was logged
 	left    map[string][]string // keys a round left at a server (by address), for the next round
 	pending map[string]int      // keys listed at a server (by address) and not moved yet
