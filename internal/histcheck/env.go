@@ -225,7 +225,14 @@ func (e *Env) Renew(change func() error) error {
 // Applied waits until the target routes by the members: a Client applies
 // a change of its ServerList in the background, which takes a while under
 // the race detector (0.3 to 2 s for a ring of 5 on 2 cores).
-func (e *Env) Applied() {
+func (e *Env) Applied() { e.applied(false) }
+
+// applied is Applied; with up, it also waits until the target routes to
+// each member, which for a member that returns after it left is once the
+// member answers and its recovery is done (see Client's failover): until
+// then the target writes its keys to stand-ins, as it would before a
+// change it has not applied.
+func (e *Env) applied(up bool) {
 	c, ok := e.d.t.(*selector.Client)
 	if !ok {
 		return // gomemcache's client reads the list on every request
@@ -238,7 +245,7 @@ func (e *Env) Applied() {
 	for time.Since(start) < 10*time.Second {
 		n := 0
 		for _, s := range c.Stats().Servers {
-			if want[s.Addr] != (s.State != "gone") {
+			if want[s.Addr] != (s.State != "gone") || want[s.Addr] && up && s.State != "up" {
 				n = -1
 				break
 			}
@@ -289,14 +296,17 @@ func (e *Env) Settled() {
 // change, the rest (reads, which hand keys off, and Increments). The
 // target applies the change first: until it does, it routes by the ring
 // before, and reads there what the new client deleted elsewhere, which no
-// client can help (discovery's lag).
+// client can help (discovery's lag). A member that returns after it left
+// is part of the change once the target routes to it (see applied): under
+// load its recovery took seconds, while the new client wrote to it at once
+// and the target to its stand-in (61 stale reads in a long run).
 func (e *Env) Join(change func() error) error {
 	var err error
 	e.Pause(func() {
 		if err = change(); err != nil {
 			return
 		}
-		e.Applied()
+		e.applied(true)
 		var t Target
 		if t, e.closeNewer, err = e.newTarget(); err == nil {
 			e.d.newer = t
