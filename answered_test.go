@@ -1,7 +1,6 @@
 package selector
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -122,17 +121,11 @@ func TestIncrementOfPlaceholderIsAMiss(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "reserved-" + tc.name
-			nc, err := net.Dial("tcp", ms[0].addr)
-			require.NoError(t, err)
-			defer nc.Close()
-			_, err = fmt.Fprintf(nc, "mg %s N30 c\r\n", key)
-			require.NoError(t, err)
-			line, err := bufio.NewReader(nc).ReadString('\n')
-			require.NoError(t, err)
+			line := rawLine(t, ms[0].addr, "mg "+key+" N30 c")
 			require.Contains(t, line, " W", "the placeholder was made")
 
 			require.ErrorIs(t, tc.op(key), memcache.ErrCacheMiss)
-			_, err = c.Get(key)
+			_, err := c.Get(key)
 			require.ErrorIs(t, err, memcache.ErrCacheMiss)
 
 			// Once the copy fills it, the value counts as any other.

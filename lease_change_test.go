@@ -14,16 +14,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rawCAS returns the CAS id of key at addr, placeholder or value (mg k c).
-func rawCAS(t *testing.T, addr, key string) uint64 {
+// rawLine sends req, a request of one reply line, to addr on a
+// connection of its own, and returns the reply.
+func rawLine(t *testing.T, addr, req string) string {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer nc.Close()
-	_, err = fmt.Fprintf(nc, "mg %s c\r\n", key)
+	_, err = fmt.Fprintf(nc, "%s\r\n", req)
 	require.NoError(t, err)
 	line, err := bufio.NewReader(nc).ReadString('\n')
 	require.NoError(t, err)
+	return line
+}
+
+// rawCAS returns the CAS id of key at addr, placeholder or value (mg k c).
+func rawCAS(t *testing.T, addr, key string) uint64 {
+	t.Helper()
+	line := rawLine(t, addr, "mg "+key+" c")
 	for _, f := range strings.Fields(line)[1:] {
 		if strings.HasPrefix(f, "c") {
 			n, err := strconv.ParseUint(f[1:], 10, 64)
