@@ -399,7 +399,7 @@ type ServerStats struct {
 	State         string
 	Invalidations int  // keys to delete there before they are served again
 	Overflowed    bool // its invalidations overflowed: none of its older values will be served
-	Floor         bool // values older than a CAS floor are not served (after an overflow)
+	Floor         bool // values older than a CAS floor are not served (after an overflow or a FlushAll)
 }
 
 // Stats returns the state of the Client's servers.

@@ -663,3 +663,53 @@ func TestCopyOvertakenByDelete(t *testing.T) {
 	_, err := direct(ms[2].addr).Get(k)
 	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the copy was undone")
 }
+
+// TestFlushAllRemovesCountersIncrementedInItsSecond: memcached 1.6.25 and
+// later flush an item by its last access, a second older than the flush,
+// and the newest items from their LRU's head; a counter incremented in the
+// flush's second, behind an older item in its LRU, survives flush_all (the
+// CI's histcheck flush on 1.6.45: 82 stale reads). FlushAll must not serve
+// it, nor increment it.
+func TestFlushAllRemovesCountersIncrementedInItsSecond(t *testing.T) {
+	ms := startMemcached(t, 1)
+	c, _ := newTestClient(t, addrsOf(ms))
+	require.NoError(t, c.Set(&memcache.Item{Key: "n", Value: []byte("5")}))
+	require.NoError(t, c.Set(&memcache.Item{Key: "x", Value: []byte("v")})) // ahead of n in the LRU
+	for t0 := serverClock(t, ms[0].addr); serverClock(t, ms[0].addr) < t0+2; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	n, err := c.Increment("n", 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), n)
+	require.NoError(t, c.FlushAll())
+	_, err = c.Get("n")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the counter was served after FlushAll")
+	_, err = c.Increment("n", 1)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the counter was incremented after FlushAll")
+	require.NoError(t, c.Set(&memcache.Item{Key: "n", Value: []byte("1")}))
+	it, err := c.Get("n")
+	require.NoError(t, err, "a write after FlushAll")
+	require.Equal(t, "1", string(it.Value))
+}
+
+// serverClock returns memcached's clock at addr (stats time), which ticks
+// once a second.
+func serverClock(t *testing.T, addr string) int64 {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = fmt.Fprintf(nc, "stats\r\n")
+	require.NoError(t, err)
+	r := bufio.NewReader(nc)
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "STAT time "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+		require.NotEqual(t, "END\r\n", line, "stats without time")
+	}
+}

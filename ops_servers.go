@@ -62,6 +62,7 @@ func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
 		}
 		err := s.call(func(w wire) error { return w.FlushAll(ctx) })
 		if err == nil {
+			c.floorAfterFlush(ctx, s)
 			continue
 		}
 		c.inval.overflow(s)
@@ -83,3 +84,22 @@ func (c *Client) DeleteAll() error { return c.FlushAll() }
 
 // DeleteAllContext is FlushAllContext, as memcache.Client.DeleteAll is FlushAll.
 func (c *Client) DeleteAllContext(ctx context.Context) error { return c.FlushAllContext(ctx) }
+
+// floorAfterFlush gives s, just flushed, a CAS floor, so that none of its
+// values from before the flush is served (see servable) or changed in place
+// (see clean). memcached 1.6.25 and later flush an item by its last access,
+// a second older than the flush, and the newest items from the heads of
+// their LRUs: an item changed in place in the flush's second (an increment
+// bumps its time, not its place) survives flush_all for good. Before 1.6.25
+// memcached compared CAS ids itself, as the floor does. A floor that cannot
+// be taken now is taken in the background, and meanwhile s serves nothing
+// (see floorNow).
+func (c *Client) floorAfterFlush(ctx context.Context, s *server) {
+	start, f, err := c.floorOf(ctx, s)
+	if err != nil {
+		c.floorNow(s)
+		return
+	}
+	s.started.Store(start)
+	s.floor.Store(f)
+}
