@@ -43,7 +43,13 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 		var it *memcache.Item
 		err := s.call(func(w wire) (err error) { it, err = w.Get(ctx, key); return })
 		if err == nil && !c.servable(ctx, s, key, c.hash(key), it.CasID) {
-			return nil // servable deleted it
+			// servable deleted a value below a known floor; one not
+			// servable for another reason (a floor being taken, a copy
+			// overtaken) is deleted too, or the change would apply to it.
+			if err := s.call(func(w wire) error { return w.Delete(ctx, key) }); failureOf(err) != healthy {
+				return err
+			}
+			return nil
 		}
 	}
 	logged, standIn := c.inval.lookup(s, key)
@@ -131,6 +137,17 @@ func (c *Client) restartedSince(ctx context.Context, s *server, started int64) b
 	}
 	c.gains.restarted(s, start)
 	return true
+}
+
+// floorAll gives each of c's servers a CAS floor (see floorNow), as if
+// its log had overflowed: one out until then takes it when it returns.
+func (c *Client) floorAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.servers {
+		c.inval.overflow(s)
+		c.floorNow(s)
+	}
 }
 
 // floorNow gives s, whose log overflowed while it is up, a CAS floor: none

@@ -92,11 +92,12 @@ func (c *Client) DeleteAllContext(ctx context.Context) error { return c.FlushAll
 // their LRUs: an item changed in place in the flush's second (an increment
 // bumps its time, not its place) survives flush_all for good. Before 1.6.25
 // memcached compared CAS ids itself, as the floor does. A floor that cannot
-// be taken now is taken in the background, and meanwhile s serves nothing
-// (see floorNow).
+// be taken now is taken in the background, or when s is next back, and
+// meanwhile s serves nothing (see floorNow).
 func (c *Client) floorAfterFlush(ctx context.Context, s *server) {
 	start, f, err := c.floorOf(ctx, s)
 	if err != nil {
+		c.inval.overflow(s) // taken when it is next back, if it goes out
 		c.floorNow(s)
 		return
 	}

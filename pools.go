@@ -122,13 +122,14 @@ type pooled struct {
 	outs   *outCap // the cap on servers out, over all the groups' servers
 	copies copies  // repairs in flight
 
-	mu      sync.Mutex
-	groups  map[string]*group
-	view    atomic.Pointer[poolView]
-	warned  string // the zones seen when ByZone's zone was last said to have no server; guarded by mu
-	changed chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	groups    map[string]*group
+	view      atomic.Pointer[poolView]
+	warned    string // the zones seen when ByZone's zone was last said to have no server; guarded by mu
+	refreshed bool   // the groups of the first refresh are made; guarded by mu
+	changed   chan struct{}
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // group is one replica of a pool: a pod's server, or a zone's servers.
@@ -219,6 +220,16 @@ func (pl *pooled) refresh(c *Client) {
 			g.c = newClientOf(g.list, false, pl.cfg, c.log.With("group", name), pl.outs)
 			g.c.loads = c.loads // a write through a group ends joins of c's loads of the key
 			pl.groups[name] = g
+			if pl.refreshed {
+				// A group that joins after the first refresh holds only
+				// values from before it joined: writes and deletes of every
+				// client went elsewhere meanwhile, and a client that saw it
+				// leave may have closed before it wrote its record of that
+				// (see lostKey). As a sharded Client's server that gains
+				// slots (see gains), none of them is served: a CAS floor
+				// is taken at each of its servers before it is read.
+				g.c.floorAll()
+			}
 		}
 		g.left = time.Time{}
 	}
@@ -236,6 +247,7 @@ func (pl *pooled) refresh(c *Client) {
 			delete(pl.groups, name)
 		}
 	}
+	pl.refreshed = true
 	pl.publish()
 }
 

@@ -311,3 +311,75 @@ func TestByZoneMissingWarns(t *testing.T) {
 	defer own.Close()
 	require.Zero(t, log.count("ByZone("), "a warning for a zone that has servers")
 }
+
+// poolGroupOf returns the group of c's replicated pool whose server is addr.
+func poolGroupOf(t *testing.T, c *Client, addr string) *Client {
+	t.Helper()
+	var found *Client
+	eventually(t, "the pod's group", func() bool {
+		c.pool.mu.Lock()
+		defer c.pool.mu.Unlock()
+		g := c.pool.groups[addr]
+		if g == nil {
+			return false
+		}
+		found = g.c
+		return true
+	})
+	return found
+}
+
+// TestPoolPodBackAfterWritesWhileGone: a replicated pool's pod that leaves
+// and comes back serves none of its values that the pool's writes and
+// deletes overtook while it was gone.
+func TestPoolPodBackAfterWritesWhileGone(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newPoolClient(t, ms, []string{"", ""}, Replicated())
+	for _, k := range []string{"w", "d"} {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}))
+	}
+	require.Equal(t, 2, holders(ms, "w"))
+	require.NoError(t, ss.SetServers(ms[0].addr))
+	eventually(t, "the pod to leave", func() bool { return stateOf(c, ms[1].addr).State == "gone" })
+	require.NoError(t, c.Set(&memcache.Item{Key: "w", Value: []byte("v2")}))
+	require.NoError(t, c.Delete("d"))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	g := poolGroupOf(t, c, ms[1].addr)
+	eventually(t, "the pod to be back", func() bool { return stateOf(g, ms[1].addr).State == "up" })
+	if it, err := g.Get("w"); err == nil {
+		require.Equal(t, "v2", string(it.Value), "the pod served a value a write overtook while it was gone")
+	}
+	_, err := g.Get("d")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the pod served a value deleted while it was gone")
+}
+
+// TestPoolPodJoinsANewClient: a client started while a replicated pool's
+// pod was gone, whose clients then had all closed before they saw it leave
+// (application pods roll), sees it join: none of its values from before
+// is served, as the client's delete did not reach it.
+func TestPoolPodJoinsANewClient(t *testing.T) {
+	ms := startMemcached(t, 2)
+	old, _ := newPoolClient(t, ms, []string{"", ""}, Replicated())
+	require.NoError(t, old.Set(&memcache.Item{Key: "d", Value: []byte("v1")}))
+	require.NoError(t, old.Set(&memcache.Item{Key: "n", Value: []byte("5")}))
+	require.Equal(t, 2, holders(ms, "d"))
+	old.Close()
+	c, ss := newPoolClient(t, ms[:1], []string{""}, Replicated())
+	require.NoError(t, c.Delete("d"))
+	require.NoError(t, c.Delete("n"))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	g := poolGroupOf(t, c, ms[1].addr)
+	eventually(t, "the pod to be up", func() bool { return stateOf(g, ms[1].addr).State == "up" })
+	for range 10 {
+		_, err := c.Get("d")
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "a value deleted before the pod joined was served")
+	}
+	_, err := g.Get("d")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the pod served a value deleted before it joined")
+	_, err = c.Increment("n", 1)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a counter deleted before the pod joined was incremented")
+	require.NoError(t, c.Set(&memcache.Item{Key: "d", Value: []byte("v2")}))
+	it, err := g.Get("d")
+	require.NoError(t, err, "a write after the pod joined")
+	require.Equal(t, "v2", string(it.Value))
+}
