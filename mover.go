@@ -58,8 +58,6 @@ func WithMoves(m Moves) ClientOption {
 
 const (
 	defaultMoveRate = 5000
-	moveWorkers     = 16                     // keys moved at once, at the default rate or less
-	maxMoveWorkers  = 128                    // keys moved at once, at the highest rates
 	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
 	defaultClaimTTL = 10 * time.Second       // how long a dead mover's claim holds
 	maxTakeOvers    = 5                      // rounds a client runs again for a set of members whose mover may have died

@@ -9,28 +9,29 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// moveKeys moves keys, listed at p, at most the mover's rate a second,
-// renewing this client's claim (key) as it goes. It reports false if the
-// claim was lost or ctx ended; the keys a later try may move (see
-// moveKey), and how many of them another copy held.
+// moveKeys moves keys, listed at p, at most the mover's rate a second, in
+// batches (see moveBatch), renewing this client's claim (key) as it goes.
+// It reports false if the claim was lost or ctx ended; the keys a later
+// try may move (see moveKey), and how many of them another copy held.
 func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) (_ bool, retry []string, held int) {
-	work := make(chan string)
+	work := make(chan []string)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range moveWorkersFor(c.mover.rate) {
+	for range moveBatchesFor(c.mover.rate) {
 		wg.Go(func() {
-			for k := range work {
-				r := c.moveKey(ctx, p, k)
-				if r == moveDone {
-					c.mover.movedOne(p.addr.str)
-					continue
+			for batch := range work {
+				for i, r := range c.moveBatch(ctx, p, batch) {
+					if r == moveDone {
+						c.mover.movedOne(p.addr.str)
+						continue
+					}
+					mu.Lock()
+					retry = append(retry, batch[i])
+					if r == moveHeld {
+						held++
+					}
+					mu.Unlock()
 				}
-				mu.Lock()
-				retry = append(retry, k)
-				if r == moveHeld {
-					held++
-				}
-				mu.Unlock()
 			}
 		})
 	}
@@ -40,21 +41,27 @@ func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []str
 	return ok, retry, held
 }
 
-// moveWorkersFor is how many keys a mover of rate keys a second moves at
-// once: a key takes a few round trips, so a higher rate needs more in
-// flight (BenchmarkMoves, rate=max: 16 moved 4,480 keys a second, 128
-// moved 11,250), and the default rate needs no more than 16.
-func moveWorkersFor(rate int) int {
-	return min(max(rate/300, moveWorkers), maxMoveWorkers)
+// moveBatchSize is how many keys a batch moves at most: a batch's step is
+// one write and one read of its pipeline at each server.
+const moveBatchSize = 128
+
+// moveBatchesFor is how many batches a mover of rate keys a second moves
+// at once: one at the default rate, which a batch of its size every few
+// tens of milliseconds meets, up to four at the highest, so that the
+// servers' work overlaps the round trips.
+func moveBatchesFor(rate int) int {
+	return min(max(rate/(4*defaultMoveRate), 1), 4)
 }
 
-// feed sends keys to work at most the mover's rate a second, renewing the
-// claim key at p as it goes. It reports false if the claim was lost or ctx
-// ended.
-func (c *Client) feed(ctx context.Context, p *server, key string, keys []string, work chan<- string) bool {
-	every := time.Second / time.Duration(max(c.mover.rate, 1))
+// feed sends keys to work in batches, at most the mover's rate a second,
+// renewing the claim key at p as it goes. It reports false if the claim
+// was lost or ctx ended.
+func (c *Client) feed(ctx context.Context, p *server, key string, keys []string, work chan<- []string) bool {
+	rate := max(c.mover.rate, 1)
+	size := min(max(rate/50, 1), moveBatchSize) // 50 batches a second, or batches of the most
+	every := time.Second / time.Duration(rate)
 	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
-	for _, k := range keys {
+	for len(keys) > 0 {
 		if now := time.Now(); now.After(renew) {
 			if !c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) {
 				return false
@@ -67,11 +74,17 @@ func (c *Client) feed(ctx context.Context, p *server, key string, keys []string,
 			case <-ctx.Done():
 			}
 		}
-		next = next.Add(every)
+		n := min(size, len(keys))
+		next = next.Add(time.Duration(n) * every)
 		if ctx.Err() != nil {
 			return false
 		}
-		work <- k
+		select {
+		case work <- keys[:n:n]:
+		case <-ctx.Done():
+			return false
+		}
+		keys = keys[n:]
 	}
 	return true
 }
