@@ -295,6 +295,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 	c.reportHandoff(p, s, cause, HandoffCopied)
 	if cause == HandoffMove {
+		c.mover.add(func(st *MoveStats) { st.Bytes += int64(len(cp.Value)) })
 		return &cp, true
 	}
 	return c.readBack(s, it, cp.Expiration, st), true

@@ -224,6 +224,8 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 	listed := 0
 	retry := c.mover.takeLeft(p.addr.str) // what an earlier round of these members left at p
 	defer func() { c.mover.setPending(p.addr.str, len(c.mover.leftAt(p.addr.str))) }()
+	var mc moveConns
+	defer mc.close()
 	seen := map[string]bool{}
 	for _, k := range retry {
 		seen[k] = true
@@ -284,7 +286,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 		listed += len(keys)
 		c.mover.setPending(p.addr.str, len(keys))
 		var ok bool
-		if ok, retry, nheld = c.moveKeys(ctx, p, key, keys); !ok {
+		if ok, retry, nheld = c.moveKeys(ctx, &mc, p, key, keys); !ok {
 			return false, false // lost the claim: another client moves the rest
 		}
 	}

@@ -30,16 +30,16 @@ import (
 // classic protocol, p is not the first place a read looks for it, p must
 // forget it, the owner holds an older value of it, or whose losses are not
 // known) is moved by moveKey.
-func (c *Client) moveBatch(ctx context.Context, p *server, keys []string) []moveResult {
+func (c *Client) moveBatch(ctx context.Context, mc *moveConns, p *server, keys []string) []moveResult {
 	rt := c.rt.Load()
 	now := time.Now()
-	b := &moveBatchState{p: p, ms: make([]batchMove, len(keys)), byOwner: map[*server][]int{}}
+	b := &moveBatchState{p: p, mc: mc, ms: make([]batchMove, len(keys)), byOwner: map[*server][]int{}}
 	var buf [4]*server
 	for i, k := range keys {
 		m := &b.ms[i]
 		m.key, m.h = k, c.hash(k)
 		s := movableTo(rt, m.h)
-		if s == nil || s == p || s.proto.Load() != protoMeta || firstSource(rt, m.h, s, now, buf[:0]) != p {
+		if s == nil || s == p || s.proto.Load() != protoMeta || p.proto.Load() != protoMeta || firstSource(rt, m.h, s, now, buf[:0]) != p {
 			m.single = true
 			continue
 		}
@@ -78,18 +78,20 @@ func (c *Client) moveBatch(ctx context.Context, p *server, keys []string) []move
 		}
 		res[i] = m.res
 	}
-	c.mover.add(func(st *MoveStats) { st.Moved += b.moved; st.Left += b.left })
+	c.mover.add(func(st *MoveStats) { st.Moved += b.moved; st.Left += b.left; st.Bytes += b.bytes })
 	return res
 }
 
 // moveBatchState is a batch of moveBatch: its keys by owner, and totals.
 type moveBatchState struct {
 	p       *server
+	mc      *moveConns
 	ms      []batchMove
 	byOwner map[*server][]int // indexes into ms, of the keys moved here
 	mu      sync.Mutex        // guards moved, left, and ms from the steps at the owners
 	moved   int
 	left    int
+	bytes   int64 // of the values copied
 }
 
 // batchMove is one key of a batch, and where its move stands.
@@ -180,19 +182,61 @@ func (c *Client) runBatch(b *moveBatchState) {
 		}
 	}
 	if len(reqs) > 0 {
-		pipeline(c.ctx, p, reqs) // a key left at p is its owner's already: deleted at the next round
+		b.mc.pipeline(c.ctx, p, reqs) // a key left at p is its owner's already: deleted at the next round
 	}
 }
 
-// pipeline sends reqs to s at once (see meta.Pipeline).
-func pipeline(ctx context.Context, s *server, reqs []meta.Request) error {
-	return s.call(func(w wire) error {
-		mw, ok := w.(metaWire)
-		if !ok {
-			return errNoReserve
-		}
-		return mw.p.Pipeline(ctx, reqs)
-	})
+// moveConns are the connections that the moves from one source use: of
+// their own, so that no request of the application's waits behind a batch
+// on a connection of the server's pool. Each is dialed at the first batch
+// to its server, again after it failed, and closed when the source's
+// moves end.
+type moveConns struct {
+	mu sync.Mutex
+	m  map[*server]*meta.Conn
+}
+
+// pipeline sends reqs to s at once (see meta.Pipeline) on the moves' own
+// connection to s.
+func (mc *moveConns) pipeline(ctx context.Context, s *server, reqs []meta.Request) error {
+	conn, err := mc.conn(ctx, s)
+	if err != nil {
+		return err
+	}
+	return conn.Pipeline(ctx, reqs)
+}
+
+func (mc *moveConns) conn(ctx context.Context, s *server) (*meta.Conn, error) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if c := mc.m[s]; c != nil && c.Err() == nil {
+		return c, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	nc, err := s.dial(dctx)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	if mc.m == nil {
+		mc.m = map[*server]*meta.Conn{}
+	}
+	if old := mc.m[s]; old != nil {
+		old.Close()
+	}
+	c := meta.NewConn(nc, meta.Options{Timeout: s.timeout, MaxValueSize: s.meta.p.MaxValueSize()})
+	mc.m[s] = c
+	return c, nil
+}
+
+// close closes the connections; it is idempotent.
+func (mc *moveConns) close() {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	for s, c := range mc.m {
+		c.Close()
+		delete(mc.m, s)
+	}
 }
 
 // reserveBatch reserves the keys idx of b at s (step 1).
@@ -203,7 +247,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 	for j, i := range idx {
 		reqs[j] = meta.Request{Kind: meta.KindGet, Key: b.ms[i].key, Get: o}
 	}
-	if err := pipeline(c.ctx, s, reqs); err != nil {
+	if err := b.mc.pipeline(c.ctx, s, reqs); err != nil {
 		for _, i := range idx {
 			c.reportHandoff(b.p, s, HandoffMove, HandoffFailed)
 			b.decide(&b.ms[i], moveFailed, false)
@@ -255,7 +299,7 @@ func (c *Client) readSources(b *moveBatchState) {
 		return
 	}
 	p := b.p
-	if err := pipeline(c.ctx, p, reqs); err != nil {
+	if err := b.mc.pipeline(c.ctx, p, reqs); err != nil {
 		if f := failureOf(err); f != healthy {
 			c.sourceFailed(p, f, err)
 		}
@@ -298,7 +342,7 @@ func (c *Client) checkTombs(b *moveBatchState, s *server, idx []int) {
 	if len(reqs) == 0 {
 		return
 	}
-	err := pipeline(c.ctx, s, reqs)
+	err := b.mc.pipeline(c.ctx, s, reqs)
 	for j, m := range which {
 		switch r := &reqs[j]; {
 		case err != nil || r.Err != nil && !errors.Is(r.Err, meta.ErrMiss):
@@ -348,7 +392,7 @@ func (c *Client) fillBatch(b *moveBatchState, s *server, idx []int) {
 	if len(reqs) == 0 {
 		return
 	}
-	err := pipeline(c.ctx, s, reqs)
+	err := b.mc.pipeline(c.ctx, s, reqs)
 	for j, m := range fills {
 		if err != nil || reqs[j].Err != nil {
 			// A write or delete got there first, and is newer; or s
@@ -360,5 +404,8 @@ func (c *Client) fillBatch(b *moveBatchState, s *server, idx []int) {
 		c.reportHandoff(b.p, s, HandoffMove, HandoffCopied)
 		m.drop = true
 		b.decide(m, moveDone, true)
+		b.mu.Lock()
+		b.bytes += int64(len(reqs[j].Value))
+		b.mu.Unlock()
 	}
 }

@@ -13,14 +13,14 @@ import (
 // batches (see moveBatch), renewing this client's claim (key) as it goes.
 // It reports false if the claim was lost or ctx ended; the keys a later
 // try may move (see moveKey), and how many of them another copy held.
-func (c *Client) moveKeys(ctx context.Context, p *server, key string, keys []string) (_ bool, retry []string, held int) {
+func (c *Client) moveKeys(ctx context.Context, mc *moveConns, p *server, key string, keys []string) (_ bool, retry []string, held int) {
 	work := make(chan []string)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range moveBatchesFor(c.mover.rate) {
 		wg.Go(func() {
 			for batch := range work {
-				for i, r := range c.moveBatch(ctx, p, batch) {
+				for i, r := range c.moveBatch(ctx, mc, p, batch) {
 					if r == moveDone {
 						c.mover.movedOne(p.addr.str)
 						continue

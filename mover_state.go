@@ -17,6 +17,7 @@ type MoveStats struct {
 	Foreign int           // keys found at the servers listed that the Client did not place there (see Moves): left alone
 	Moved   int           // of those, at their owner now (copied, or there already), and deleted where they were
 	Left    int           // of those, left where they were: a server failed, the owner is out, another copy was under way, or the value is not servable
+	Bytes   int64         // the bytes of the values copied to their owners
 	Took    time.Duration // the time spent listing and moving, summed over the servers
 
 	// Now, not totals: what this client has still to do for the servers
@@ -28,8 +29,18 @@ type MoveStats struct {
 
 func (a MoveStats) plus(b MoveStats) MoveStats {
 	return MoveStats{a.Rounds + b.Rounds, a.Sources + b.Sources, a.Claimed + b.Claimed, a.Refused + b.Refused,
-		a.Listed + b.Listed, a.Foreign + b.Foreign, a.Moved + b.Moved, a.Left + b.Left, a.Took + b.Took,
+		a.Listed + b.Listed, a.Foreign + b.Foreign, a.Moved + b.Moved, a.Left + b.Left, a.Bytes + b.Bytes, a.Took + b.Took,
 		a.Pending + b.Pending, a.Busy || b.Busy}
+}
+
+// ETA is how long the keys pending take to move at the rate this client
+// has moved keys so far (Moved over Took), or 0 if none is pending or
+// none has moved yet: what a preStop hook or an operator waits for.
+func (a MoveStats) ETA() time.Duration {
+	if a.Pending == 0 || a.Moved == 0 || a.Took <= 0 {
+		return 0
+	}
+	return time.Duration(float64(a.Pending) / float64(a.Moved) * float64(a.Took))
 }
 
 // mover is the state of a Client's moves: totals, and the servers whose

@@ -42,11 +42,14 @@ func TestMovesScaleUp(t *testing.T) {
 	require.NoError(t, ss.SetServers(addrsOf(ms)...))
 	st := movesDone(t, c, 1)
 
-	owned := 0
+	owned, bytes := 0, 0
 	for i := range n {
 		k := fmt.Sprint("mv-", i)
 		a, err := ss.PickServer(k)
 		require.NoError(t, err)
+		if a.String() == ms[2].addr {
+			bytes += len(fmt.Sprint("value ", i))
+		}
 		for _, m := range ms {
 			it, err := direct(m.addr).Get(k)
 			if m.addr != a.String() {
@@ -72,6 +75,22 @@ func TestMovesScaleUp(t *testing.T) {
 	require.Equal(t, owned, st.Moved, "the keys the new server owns were moved, each once")
 	require.Equal(t, owned, st.Listed, "each key listed is counted once, however many listings found it")
 	require.Equal(t, 2, st.Sources, "both old servers were listed")
+	require.EqualValues(t, bytes, st.Bytes, "the bytes of the values moved")
+	require.Zero(t, st.ETA(), "nothing pending")
+}
+
+func TestMoveStatsETA(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   MoveStats
+		want time.Duration
+	}{
+		{"none pending", MoveStats{Moved: 100, Took: time.Second}, 0},
+		{"none moved yet", MoveStats{Pending: 100}, 0},
+		{"at the rate so far", MoveStats{Moved: 1000, Took: 2 * time.Second, Pending: 5000}, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, tc.st.ETA()) })
+	}
 }
 
 // Many clients see the same change: one moves each server's keys, and

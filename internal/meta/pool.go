@@ -69,6 +69,9 @@ func (p *Pool) Options() Options { return p.opts }
 // from now on, as Options.MaxValueSize does.
 func (p *Pool) SetMaxValueSize(n int) { p.maxValue.Store(valueBound(n)) }
 
+// MaxValueSize is the bound on a value read from now on.
+func (p *Pool) MaxValueSize() int { return int(p.maxValue.Load()) }
+
 // Close closes every connection, failing their pending requests, and
 // makes later requests fail with ErrConnClosed. It is idempotent.
 func (p *Pool) Close() error {
