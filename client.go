@@ -138,7 +138,7 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 		outs = newOutCap(cfg.maxDown)
 	}
 	c := &Client{list: ss, ownList: own, cfg: cfg, log: log, servers: map[string]*server{}, changed: make(chan struct{}, 1),
-		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moveRate), calls: newCalls(),
+		inval: newInvalLog(cfg.maxInvalidations, cfg.maxLogged), outs: outs, mover: newMover(cfg.moves), calls: newCalls(),
 		loads: &flights{}, tombs: tombs{born: time.Now(), window: cfg.handoffWindow}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	routed := make(chan struct{})
@@ -146,7 +146,7 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 	ss.subscribe(c.changed)
 	c.refresh(time.Now()) // so that the first request sees the servers
 	c.wg.Go(c.run)
-	if cfg.moveRate > 0 {
+	if cfg.moves.Rate >= 0 {
 		c.wg.Go(c.moveLoop)
 	}
 	return c

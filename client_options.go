@@ -27,8 +27,7 @@ type clientOptions struct {
 	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered
 	pool              Pool
-	moveRate          int     // keys a second a mover moves; negative: no moves (see Moves)
-	movePrefix        string  // the prefix of the keys the mover moves (see Moves.Prefix)
+	moves             Moves   // how the mover moves keys (see Moves)
 	metrics           Metrics // see WithMetrics; nil for none
 }
 
@@ -60,7 +59,6 @@ func defaultClientOptions() clientOptions {
 		maxInvalidations:  10000,
 		maxLogged:         100000,
 		departedKeep:      time.Hour,
-		moveRate:          defaultMoveRate,
 	}
 }
 

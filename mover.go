@@ -33,11 +33,24 @@ import (
 // Client logs one warning naming the cause and the fixes (Moves.Prefix, or
 // no moves) and counts it in MoveStats.Refused; its keys move when read.
 //
-// A zero field means its default.
+// The mover yields to the application: before it moves a server's keys it
+// times a no-op (mn) on the application's connections to each server it
+// uses, and again after each batch; while one takes more than twice as
+// long as before the moves, plus a millisecond, it waits between batches,
+// twice as long each time (from 5 ms, up to 200 ms), and otherwise
+// shortens the wait by a quarter, to none (see pace).
+//
+// A zero field means its default: no cap but the application's latency.
 type Moves struct {
-	// Rate is how many keys a second one client moves at most (default
-	// 5000). Negative: no moves; keys move when they are read.
+	// Rate caps the keys a second one client moves (0: no cap). Negative:
+	// no moves; keys move when they are read.
 	Rate int
+	// Bandwidth caps the bytes a second of the values one client moves (0:
+	// no cap).
+	Bandwidth int
+	// NoYield makes the mover go as fast as Rate, Bandwidth and the
+	// servers allow, whatever the application's requests wait meanwhile.
+	NoYield bool
 	// Prefix, if set, is the prefix of every key this application writes:
 	// the mover moves those alone. Set it where other applications share
 	// the servers (see the mover's rule on foreign keys, in Moves' doc).
@@ -48,16 +61,15 @@ type Moves struct {
 // Moves); the zero Moves is the default.
 func WithMoves(m Moves) ClientOption {
 	return clientOption{"WithMoves", func(c *clientOptions) error {
-		c.moveRate, c.movePrefix = m.Rate, m.Prefix
-		if m.Rate == 0 {
-			c.moveRate = defaultMoveRate
+		if m.Bandwidth < 0 {
+			return fmt.Errorf("Moves.Bandwidth %d is negative: give the bytes a second, or 0 for no cap", m.Bandwidth)
 		}
+		c.moves = m
 		return nil
 	}}
 }
 
 const (
-	defaultMoveRate = 5000
 	moveSettle      = 500 * time.Millisecond // a burst of changes is moved once
 	defaultClaimTTL = 10 * time.Second       // how long a dead mover's claim holds
 	maxTakeOvers    = 5                      // rounds a client runs again for a set of members whose mover may have died
@@ -226,6 +238,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 	defer func() { c.mover.setPending(p.addr.str, len(c.mover.leftAt(p.addr.str))) }()
 	var mc moveConns
 	defer mc.close()
+	pc := newPace(c.mover.Moves)
 	seen := map[string]bool{}
 	for _, k := range retry {
 		seen[k] = true
@@ -286,7 +299,7 @@ func (c *Client) moveFrom(ctx context.Context, p *server, id string) (held, left
 		listed += len(keys)
 		c.mover.setPending(p.addr.str, len(keys))
 		var ok bool
-		if ok, retry, nheld = c.moveKeys(ctx, &mc, p, key, keys); !ok {
+		if ok, retry, nheld = c.moveKeys(ctx, &mc, pc, p, key, keys); !ok {
 			return false, false // lost the claim: another client moves the rest
 		}
 	}

@@ -30,7 +30,7 @@ import (
 // classic protocol, p is not the first place a read looks for it, p must
 // forget it, the owner holds an older value of it, or whose losses are not
 // known) is moved by moveKey.
-func (c *Client) moveBatch(ctx context.Context, mc *moveConns, p *server, keys []string) []moveResult {
+func (c *Client) moveBatch(ctx context.Context, mc *moveConns, p *server, keys []string) (_ []moveResult, owners []*server, bytes int64) {
 	rt := c.rt.Load()
 	now := time.Now()
 	b := &moveBatchState{p: p, mc: mc, ms: make([]batchMove, len(keys)), byOwner: map[*server][]int{}}
@@ -79,7 +79,10 @@ func (c *Client) moveBatch(ctx context.Context, mc *moveConns, p *server, keys [
 		res[i] = m.res
 	}
 	c.mover.add(func(st *MoveStats) { st.Moved += b.moved; st.Left += b.left; st.Bytes += b.bytes })
-	return res
+	for s := range b.byOwner {
+		owners = append(owners, s)
+	}
+	return res, owners, b.bytes
 }
 
 // moveBatchState is a batch of moveBatch: its keys by owner, and totals.

@@ -16,8 +16,9 @@ import (
 // BenchmarkMoves measures one client moving keys after a scale-up from 2
 // to 3 memcached (1 GB each): a third of the keys move. impl=plain is the
 // floor, a plain pipelined copy of the same keys between the same servers
-// (see plainCopy), with none of the mover's guarantees; rate=max is the
-// mover unlimited, rate=default at Moves' default rate. Each reports
+// (see plainCopy), with none of the mover's guarantees; impl=max is the
+// mover unlimited (NoYield), impl=default at Moves' defaults (it yields to
+// the application). Each reports
 // keys/s and MB/s (the mover's over Stats().Moves.Took, the time it
 // listed and moved; the floor's over its own run), and the p99 of the
 // application's Gets of 1000 other keys (8 goroutines, through the same
@@ -29,17 +30,17 @@ func BenchmarkMoves(b *testing.B) {
 		size, keys int
 	}{{"32B", 32, 100000}, {"1KB", 1024, 100000}, {"16KB", 16 << 10, 20000}} {
 		for _, tc := range []struct {
-			name string
-			rate int // 0: the plain copy
-		}{{"plain", 0}, {"max", 1 << 30}, {"default", defaultMoveRate}} {
+			name  string
+			moves *Moves // nil: the plain copy
+		}{{"plain", nil}, {"max", &Moves{NoYield: true}}, {"default", &Moves{}}} {
 			b.Run(fmt.Sprintf("value=%s/impl=%s", size.name, tc.name), func(b *testing.B) {
-				benchMoves(b, size.size, size.keys, tc.rate)
+				benchMoves(b, size.size, size.keys, tc.moves)
 			})
 		}
 	}
 }
 
-func benchMoves(b *testing.B, size, keys, rate int) {
+func benchMoves(b *testing.B, size, keys int, mv *Moves) {
 	value := make([]byte, size)
 	var took, moving time.Duration
 	var movedKeys int
@@ -51,9 +52,9 @@ func benchMoves(b *testing.B, size, keys, rate int) {
 		if err := ss.SetServers(addrsOf(ms[:2])...); err != nil {
 			b.Fatal(err)
 		}
-		moves := Moves{Rate: rate}
-		if rate == 0 {
-			moves.Rate = -1 // the plain copy moves them
+		moves := Moves{Rate: -1} // the plain copy moves them
+		if mv != nil {
+			moves = *mv
 		}
 		c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(moves))
 		if err != nil {
@@ -86,7 +87,7 @@ func benchMoves(b *testing.B, size, keys, rate int) {
 		if err := ss.SetServers(addrsOf(ms)...); err != nil {
 			b.Fatal(err)
 		}
-		if rate == 0 {
+		if mv == nil {
 			movedKeys += plainCopy(b, ss, addrsOf(ms[:2]))
 			moving += time.Since(start)
 		} else {

@@ -9,18 +9,21 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// moveKeys moves keys, listed at p, at most the mover's rate a second, in
-// batches (see moveBatch), renewing this client's claim (key) as it goes.
-// It reports false if the claim was lost or ctx ended; the keys a later
-// try may move (see moveKey), and how many of them another copy held.
-func (c *Client) moveKeys(ctx context.Context, mc *moveConns, p *server, key string, keys []string) (_ bool, retry []string, held int) {
+// moveKeys moves keys, listed at p, in batches (see moveBatch) at the
+// pace pc sets, renewing this client's claim (key) as it goes. It
+// reports false if the claim was lost or ctx ended; the keys a later try
+// may move (see moveKey), and how many of them another copy held.
+func (c *Client) moveKeys(ctx context.Context, mc *moveConns, pc *pace, p *server, key string, keys []string) (_ bool, retry []string, held int) {
 	work := make(chan []string)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range moveBatchesFor(c.mover.rate) {
+	for range moveBatches {
 		wg.Go(func() {
 			for batch := range work {
-				for i, r := range c.moveBatch(ctx, mc, p, batch) {
+				res, owners, bytes := c.moveBatch(ctx, mc, p, batch)
+				pc.sent(0, bytes)
+				pc.probe(ctx, append(owners, p))
+				for i, r := range res {
 					if r == moveDone {
 						c.mover.movedOne(p.addr.str)
 						continue
@@ -35,32 +38,27 @@ func (c *Client) moveKeys(ctx context.Context, mc *moveConns, p *server, key str
 			}
 		})
 	}
-	ok := c.feed(ctx, p, key, keys, work)
+	ok := c.feed(ctx, pc, p, key, keys, work)
 	close(work)
 	wg.Wait()
 	return ok, retry, held
 }
 
-// moveBatchSize is how many keys a batch moves at most: a batch's step is
-// one write and one read of its pipeline at each server.
-const moveBatchSize = 128
+const (
+	// moveBatchSize is how many keys a batch moves at most: a batch's
+	// step is one write and one read of its pipeline at each server.
+	moveBatchSize = 128
+	// moveBatches is how many batches move at once, so that the
+	// servers' work overlaps the round trips.
+	moveBatches = 4
+)
 
-// moveBatchesFor is how many batches a mover of rate keys a second moves
-// at once: one at the default rate, which a batch of its size every few
-// tens of milliseconds meets, up to four at the highest, so that the
-// servers' work overlaps the round trips.
-func moveBatchesFor(rate int) int {
-	return min(max(rate/(4*defaultMoveRate), 1), 4)
-}
-
-// feed sends keys to work in batches, at most the mover's rate a second,
-// renewing the claim key at p as it goes. It reports false if the claim
-// was lost or ctx ended.
-func (c *Client) feed(ctx context.Context, p *server, key string, keys []string, work chan<- []string) bool {
-	rate := max(c.mover.rate, 1)
-	size := min(max(rate/50, 1), moveBatchSize) // 50 batches a second, or batches of the most
-	every := time.Second / time.Duration(rate)
-	next, renew := time.Now(), time.Now().Add(c.mover.claim/3)
+// feed sends keys to work in batches, as pc paces them, renewing the
+// claim key at p as it goes. It reports false if the claim was lost or
+// ctx ended.
+func (c *Client) feed(ctx context.Context, pc *pace, p *server, key string, keys []string, work chan<- []string) bool {
+	size := pc.batchSize()
+	renew := time.Now().Add(c.mover.claim / 3)
 	for len(keys) > 0 {
 		if now := time.Now(); now.After(renew) {
 			if !c.renewClaim(ctx, p, key, c.mover.token, c.mover.claim) {
@@ -68,22 +66,16 @@ func (c *Client) feed(ctx context.Context, p *server, key string, keys []string,
 			}
 			renew = now.Add(c.mover.claim / 3)
 		}
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		}
-		n := min(size, len(keys))
-		next = next.Add(time.Duration(n) * every)
-		if ctx.Err() != nil {
+		if !pc.wait(ctx) {
 			return false
 		}
+		n := min(size, len(keys))
 		select {
 		case work <- keys[:n:n]:
 		case <-ctx.Done():
 			return false
 		}
+		pc.sent(n, 0)
 		keys = keys[n:]
 	}
 	return true

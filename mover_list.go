@@ -47,7 +47,7 @@ func (c *Client) listMovable(ctx context.Context, p *server) (listing, error) {
 			switch {
 			case strings.HasPrefix(it.Key, claimPrefix), strings.HasPrefix(it.Key, tombPrefix), it.Key == probeKey, it.Key == lostKey: // the Client's own, per server
 				return nil
-			case it.Invalid || !strings.HasPrefix(it.Key, c.cfg.movePrefix):
+			case it.Invalid || !strings.HasPrefix(it.Key, c.cfg.moves.Prefix):
 				l.others++
 				return nil
 			}

@@ -46,7 +46,7 @@ func (a MoveStats) ETA() time.Duration {
 // mover is the state of a Client's moves: totals, and the servers whose
 // refusal was logged. Its own lock; the Client calls it, never the reverse.
 type mover struct {
-	rate    int
+	Moves   // its settings
 	claim   time.Duration // a claim's expiration, renewed at a third of it
 	token   string        // this client's claim value
 	kick    chan struct{} // a change to move the keys of
@@ -59,10 +59,10 @@ type mover struct {
 	seen    time.Time           // when this client saw the members it routes by
 }
 
-func newMover(rate int) *mover {
+func newMover(m Moves) *mover {
 	var b [8]byte
 	rand.Read(b[:])
-	return &mover{rate: rate, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1),
+	return &mover{Moves: m, claim: defaultClaimTTL, token: hex.EncodeToString(b[:]), kick: make(chan struct{}, 1),
 		told: map[string]bool{}, left: map[string][]string{}, pending: map[string]int{}}
 }
 
@@ -78,7 +78,7 @@ func (m *mover) signal() {
 func (m *mover) newMembers(now time.Time) {
 	m.mu.Lock()
 	m.seen = now
-	if m.rate > 0 { // else no move loop runs
+	if m.Rate >= 0 { // else no move loop runs
 		m.busy = true
 		m.signal() // under the lock: idle sees the kick, or busy is set after it
 	}

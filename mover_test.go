@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,16 +312,14 @@ func TestMovesAChangeEndsTheRound(t *testing.T) {
 	eventually(t, "the first round's moves", func() bool { return c.Stats().Moves.Moved > 0 })
 	ss.setDraining([]string{ms[0].addr})                  // first, as ServerList.publish does
 	require.NoError(t, ss.SetServers(addrsOf(ms[1:])...)) // ms[0] is removed, and still serves
-	// The removed server's keys moved: it holds the claims of the two
-	// rounds at most, its record of the slots it lost, and the keys the
-	// round left (MoveStats.Left: a copy of the round the change ended
-	// may still hold its placeholder at the key's owner; a later round
-	// moves them, after the other servers').
-	require.Eventually(t, func() bool { return currItems(t, ms[0].addr) <= 3+c.Stats().Moves.Left }, time.Minute, 10*time.Millisecond,
-		"the removed server's keys moved")
-	// Counted in one batch a server, at once: the mover goes on with them
-	// (a count by one Get a key took seconds under -race on a loaded CI
+	// While the removed server's keys move, the first change's wait: the
+	// round goes to the servers that left first. Counted once half of the
+	// removed server's keys left it, in one batch a server, at once (a
+	// count by one Get a key took seconds under -race on a loaded CI
 	// machine, long enough for the mover to finish them, and found 0).
+	held := currItems(t, ms[0].addr)
+	require.Eventually(t, func() bool { return currItems(t, ms[0].addr) < held/2 }, time.Minute, 10*time.Millisecond,
+		"the removed server's keys move")
 	left := 0
 	for _, m := range ms[1:3] {
 		got, err := direct(m.addr).GetMulti(first)
@@ -328,7 +327,14 @@ func TestMovesAChangeEndsTheRound(t *testing.T) {
 		left += len(got)
 	}
 	t.Logf("%d of the first change's %d keys waited", left, len(first))
-	require.Positive(t, left, "the first change's keys wait: the removed server's went first")
+	require.Positive(t, left, "the first change's keys wait: the removed server's go first")
+	// The removed server's keys moved: it holds the claims of the two
+	// rounds at most, its record of the slots it lost, and the keys the
+	// round left (MoveStats.Left: a copy of the round the change ended
+	// may still hold its placeholder at the key's owner; a later round
+	// moves them, after the other servers').
+	require.Eventually(t, func() bool { return currItems(t, ms[0].addr) <= 3+c.Stats().Moves.Left }, time.Minute, 10*time.Millisecond,
+		"the removed server's keys moved")
 	st := movesDone(t, c, 1)
 	require.Equal(t, 1, st.Rounds, "the round the second change ended is not counted")
 	for i := range n {
@@ -391,5 +397,58 @@ func TestMovesRetryWhatTheyLeft(t *testing.T) {
 		it, err := direct(a.String()).Get(k)
 		require.NoError(t, err, "%s at its owner %s", k, a)
 		require.Equal(t, k, string(it.Value))
+	}
+}
+
+// TestPaceCaps: the caps space the batches by their keys and bytes.
+func TestPaceCaps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		moves Moves
+		keys  int
+		bytes int64
+		want  time.Duration
+	}{
+		{"no cap", Moves{}, 128, 1 << 20, 0},
+		{"keys", Moves{Rate: 1000}, 100, 0, 100 * time.Millisecond},
+		{"bytes", Moves{Bandwidth: 1 << 20}, 0, 1 << 19, 500 * time.Millisecond},
+		{"the slower of both", Moves{Rate: 1000, Bandwidth: 1 << 20}, 10, 1 << 19, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := newPace(tc.moves)
+			start := time.Now()
+			pc.sent(tc.keys, tc.bytes)
+			require.InDelta(t, float64(tc.want), float64(pc.next.Sub(start)), float64(20*time.Millisecond))
+		})
+	}
+	require.Equal(t, moveBatchSize, newPace(Moves{}).batchSize())
+	require.Equal(t, 20, newPace(Moves{Rate: 1000}).batchSize(), "50 batches a second")
+}
+
+// TestPaceYields: a server whose no-op takes longer than before the moves
+// makes the mover wait between batches, twice as long each time; once it
+// answers as before, the wait shrinks to none. NoYield never waits.
+func TestPaceYields(t *testing.T) {
+	ms := startMemcached(t, 1)
+	c, _ := newTestClient(t, addrsOf(ms), WithTimeout(100*time.Millisecond))
+	require.NoError(t, c.Ping())
+	s := c.servers[ms[0].addr]
+	ctx := context.Background()
+	for _, noYield := range []bool{false, true} {
+		pc := newPace(Moves{NoYield: noYield})
+		pc.probe(ctx, []*server{s}) // the base
+		require.Zero(t, pc.delay)
+		ms[0].signal(syscall.SIGSTOP)
+		pc.probe(ctx, []*server{s})
+		first := pc.delay
+		pc.probe(ctx, []*server{s})
+		ms[0].signal(syscall.SIGCONT)
+		if noYield {
+			require.Zero(t, pc.delay)
+			continue
+		}
+		require.Equal(t, yieldMin, first)
+		require.Equal(t, 2*yieldMin, pc.delay)
+		require.Eventually(t, func() bool { pc.probe(ctx, []*server{s}); return pc.delay == 0 }, 10*time.Second, time.Millisecond)
 	}
 }
