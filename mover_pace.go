@@ -24,10 +24,12 @@ const (
 	yieldMin   = 5 * time.Millisecond   // the first wait a slow no-op adds
 	yieldMax   = 200 * time.Millisecond // the longest: batches of 128 still move 640 keys a second
 	yieldSlack = time.Millisecond       // what a no-op may take beyond twice its base: noise, not load
-	yieldProbe = 5 // no-ops timed for a server's base
+	yieldProbe = 5                      // no-ops timed for a server's base
 )
 
-func newPace(m Moves) *pace { return &pace{Moves: m, next: time.Now(), base: map[*server]time.Duration{}} }
+func newPace(m Moves) *pace {
+	return &pace{Moves: m, next: time.Now(), base: map[*server]time.Duration{}}
+}
 
 // wait waits until the next batch may go, or ctx ends; it reports false
 // then.

@@ -46,7 +46,7 @@ func (a MoveStats) ETA() time.Duration {
 // mover is the state of a Client's moves: totals, and the servers whose
 // refusal was logged. Its own lock; the Client calls it, never the reverse.
 type mover struct {
-	Moves   // its settings
+	Moves                 // its settings
 	claim   time.Duration // a claim's expiration, renewed at a third of it
 	token   string        // this client's claim value
 	kick    chan struct{} // a change to move the keys of
