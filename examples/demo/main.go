@@ -264,8 +264,8 @@ func run(c config) error {
 	out.say("key that misses at its new pod where it was, and copies it over: from the old pod too, during")
 	out.say("its preStop sleep. And it moves every key whose pod changed, read or not: it lists the pods")
 	out.say("that lost keys (memcached's lru_crawler metadump) and copies each to its new pod, with its")
-	out.say("expiration, the terminating pod's first (%s a second at most; %s keys moved in this roll).",
-		count(5000), count(moves.Moved))
+	out.say("expiration, the terminating pod's first, at a pace that yields to the application's requests")
+	out.say("(%s keys moved in this roll, %s of values).", count(moves.Moved), count(moves.Bytes)+" bytes")
 	out.say("Keys set before the roll and not read during it (%s for each path), found after it:", count(c.keys))
 	out.say("  %-16s %s (cold-ring/...: the Client moved them too, as they sit on the same pods)", "selector only",
 		percent(float64(sum.Roll.Selector.ColdFound)/float64(c.keys)))
