@@ -185,9 +185,9 @@ func newPooled(c *Client, p Pool, own string, discover func(addr string) (*Serve
 
 // refresh splits the members into groups: one a pod for a replicated pool,
 // one a zone for a zoned one. A group whose members all left stays, empty:
-// its servers may return (a pod NotReady for a while, a zone lost), and its
-// Client remembers what they must forget meanwhile (see Client). A pod's
-// group is closed once it has been gone for cfg.departedKeep.
+// its servers may return (a pod NotReady for a while, a zone lost), with a
+// CAS floor each, so that none of their values from before is served. A
+// pod's group is closed once it has been gone for cfg.departedKeep.
 func (pl *pooled) refresh(c *Client) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
@@ -210,6 +210,16 @@ func (pl *pooled) refresh(c *Client) {
 	}
 	for name, ms := range split {
 		g := pl.groups[name]
+		if g != nil && !g.left.IsZero() {
+			// A group whose servers all left comes back: they hold only
+			// values from before, and the writes and deletes meanwhile
+			// went to the other groups (this client's, and those of
+			// clients started since, which never knew the group). As a
+			// sharded Client's server that gains slots (see gains), none
+			// of them is served: a CAS floor is taken at each server,
+			// before its servers are set (see floorAll).
+			g.c.floorAll()
+		}
 		if g == nil {
 			g = &group{name: name, list: &ServerList{points: pl.list.points, hashing: pl.list.hashing}}
 		}

@@ -383,3 +383,33 @@ func TestPoolPodJoinsANewClient(t *testing.T) {
 	require.NoError(t, err, "a write after the pod joined")
 	require.Equal(t, "v2", string(it.Value))
 }
+
+// TestPoolPodBackAfterANewClientsWrites: a replicated pool's pod leaves
+// and comes back; meanwhile a client started after it left (which never
+// knew it) writes and deletes its keys on the others. The pod serves none
+// of its values from before.
+func TestPoolPodBackAfterANewClientsWrites(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newPoolClient(t, ms, []string{"", ""}, Replicated())
+	for _, k := range []string{"w", "d"} {
+		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}))
+	}
+	require.Equal(t, 2, holders(ms, "w"))
+	require.NoError(t, ss.SetServers(ms[0].addr))
+	g := poolGroupOf(t, c, ms[1].addr)
+	eventually(t, "the pod to leave", func() bool { return stateOf(c, ms[1].addr).State == "gone" })
+	newer, _ := newPoolClient(t, ms[:1], []string{""}, Replicated())
+	require.NoError(t, newer.Set(&memcache.Item{Key: "w", Value: []byte("v2")}))
+	require.NoError(t, newer.Delete("d"))
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the pod to be back", func() bool { return stateOf(g, ms[1].addr).State == "up" })
+	for range 10 {
+		if it, err := c.Get("w"); err == nil {
+			require.Equal(t, "v2", string(it.Value), "a value the newer client overwrote was served")
+		}
+		_, err := c.Get("d")
+		require.ErrorIs(t, err, memcache.ErrCacheMiss, "a value the newer client deleted was served")
+	}
+	_, err := g.Get("w")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the pod served its value from before it left")
+}
