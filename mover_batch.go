@@ -104,7 +104,6 @@ type batchMove struct {
 	s       *server // its owner
 	st      *copyState
 	stub    uint64         // the placeholder's CAS at s, once reserved
-	present bool           // s holds a value of its own (servable)
 	src     *memcache.Item // p's value, once read
 	tomb    tombState      // the key's tombstone at s
 	undo    bool           // the placeholder is to be removed
@@ -279,7 +278,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 			// already; p's is deleted, unless s missed a write of the key
 			// and its value waits to be deleted (see copyTo).
 			logged, _ := c.inval.lookup(s, m.key)
-			m.present, m.drop = true, !logged
+			m.drop = !logged
 			c.reportHandoff(b.p, s, HandoffMove, HandoffPresent)
 			b.decide(m, moveDone, true)
 		}
@@ -293,7 +292,7 @@ func (c *Client) readSources(b *moveBatchState) {
 	var which []*batchMove
 	for i := range b.ms {
 		m := &b.ms[i]
-		if m.stub != 0 || m.present {
+		if m.stub != 0 || m.drop {
 			reqs = append(reqs, meta.Request{Kind: meta.KindGet, Key: m.key, Get: copyItem})
 			which = append(which, m)
 		}

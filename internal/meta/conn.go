@@ -244,17 +244,7 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		putCall(cl)
 		return &unsentError{err}
 	}
-	c.seq++
-	if c.seq == 0 {
-		c.seq = 1
-	}
-	cl.setOpaque(c.seq)
-	c.wbuf = cl.encode(c.wbuf)
-	cl.sent = time.Now()
-	c.queued++
-	cl.n = c.queued
-	c.queue = append(c.queue, cl)
-	c.outstanding.Add(1)
+	c.queueLocked(cl, time.Now())
 	if !c.writing {
 		c.writing = true
 		if c.outstanding.Load() > 1 {
@@ -291,6 +281,22 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		return c.lead(ctx, cl) // passed the read role
 	}
 	return nil
+}
+
+// queueLocked numbers cl, encodes it into the write buffer and queues it
+// for its reply. c.mu is held.
+func (c *Conn) queueLocked(cl *call, now time.Time) {
+	c.seq++
+	if c.seq == 0 {
+		c.seq = 1
+	}
+	cl.setOpaque(c.seq)
+	c.wbuf = cl.encode(c.wbuf)
+	cl.sent = now
+	c.queued++
+	cl.n = c.queued
+	c.queue = append(c.queue, cl)
+	c.outstanding.Add(1)
 }
 
 // abandonedError is the error of a request whose caller left after it was

@@ -151,17 +151,7 @@ func (c *Conn) enqueue(ctx context.Context, calls []*call) (lead bool, _ error) 
 	}
 	now := time.Now()
 	for _, cl := range calls {
-		c.seq++
-		if c.seq == 0 {
-			c.seq = 1
-		}
-		cl.setOpaque(c.seq)
-		c.wbuf = cl.encode(c.wbuf)
-		cl.sent = now
-		c.queued++
-		cl.n = c.queued
-		c.queue = append(c.queue, cl)
-		c.outstanding.Add(1)
+		c.queueLocked(cl, now)
 	}
 	if !c.writing {
 		c.writing = true
