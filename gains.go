@@ -323,7 +323,7 @@ func (c *Client) takeFloors(gs []*gain) {
 // out now (see casNow): a floor, and the process it holds in.
 func (c *Client) floorOf(ctx context.Context, s *server) (start int64, floor uint64, err error) {
 	if start, err = serverStart(ctx, s, c.cfg.conn); err == nil {
-		floor, err = c.casNow(s)
+		floor, err = c.casNow(ctx, s)
 	}
 	return start, floor, err
 }

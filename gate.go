@@ -152,19 +152,17 @@ func (c *Client) floorAll() {
 
 // floorNow gives s, whose log overflowed while it is up, a CAS floor: none
 // of its values is served until the floor is known, and none older after.
+// It is taken in the background, or by the first write to s before then
+// (see awaitFloor).
 func (c *Client) floorNow(s *server) {
-	s.floor.Store(math.MaxUint64)
+	gen := s.askFloor()
 	if c.closed.Load() {
 		return
 	}
 	c.wg.Go(func() {
 		ctx := c.ctx
 		for ctx.Err() == nil {
-			start, f, err := c.floorOf(ctx, s)
-			if err == nil {
-				s.started.Store(start)
-				s.floor.Store(f)
-				c.inval.clearOverflow(s)
+			if c.takeFloor(ctx, s, gen) == nil {
 				return
 			}
 			if s.status() != up { // recover takes the floor when it returns
@@ -176,6 +174,33 @@ func (c *Client) floorNow(s *server) {
 			}
 		}
 	})
+}
+
+// awaitFloor takes s's floor now if it is pending (see floorNow), before a
+// write to s: written first, the value would be below the floor taken in
+// the background after it, and deleted as one from before.
+func (c *Client) awaitFloor(ctx context.Context, s *server) error {
+	if s.floor.Load() != math.MaxUint64 {
+		return nil
+	}
+	gen, pending := s.floorAsked()
+	if !pending {
+		return nil
+	}
+	return c.takeFloor(ctx, s, gen)
+}
+
+// takeFloor takes the floor numbered gen of s (see server.askFloor). The
+// first taker to finish sets it; the others' floors are dropped.
+func (c *Client) takeFloor(ctx context.Context, s *server, gen uint64) error {
+	start, f, err := c.floorOf(ctx, s)
+	if err != nil {
+		return err
+	}
+	if s.setFloor(gen, start, f) {
+		c.inval.clearOverflow(s)
+	}
+	return nil
 }
 
 // invalidate makes sure that s never serves key's old value: it deletes key

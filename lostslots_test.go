@@ -279,7 +279,7 @@ func TestLossNotedByManyClients(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "client %d", i)
 	}
-	last, err := clients[0].casNow(serverOf(clients[0], ms[0].addr))
+	last, err := clients[0].casNow(context.Background(), serverOf(clients[0], ms[0].addr))
 	require.NoError(t, err)
 	it, err := direct(ms[0].addr).Get(lostKey)
 	require.NoError(t, err)

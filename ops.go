@@ -37,7 +37,13 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			}
 			continue
 		}
-		err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
+		err = nil
+		if r.kind.stores() { // not below a floor being taken (see awaitFloor)
+			err = c.awaitFloor(r.ctx, s)
+		}
+		if err == nil {
+			err = c.clean(r.ctx, s, r.key, r.kind.inPlace())
+		}
 		sent := err == nil
 		if sent {
 			err = c.runOp(s, r, s != rt.baseOwner(h))

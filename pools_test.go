@@ -379,15 +379,10 @@ func TestPoolPodJoinsANewClient(t *testing.T) {
 	_, err = c.Increment("n", 1)
 	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a counter deleted before the pod joined was incremented")
 	require.NoError(t, c.Set(&memcache.Item{Key: "d", Value: []byte("v2")}))
-	// Served once the pod's floor is taken (a round trip, in the
-	// background: until then the pod serves nothing).
-	require.Eventually(t, func() bool {
-		it, err := g.Get("d")
-		if err == nil {
-			require.Equal(t, "v2", string(it.Value))
-		}
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "a write after the pod joined")
+	// The write waited for the pod's floor (see awaitFloor): served at once.
+	it, err := g.Get("d")
+	require.NoError(t, err, "a write after the pod joined")
+	require.Equal(t, "v2", string(it.Value))
 }
 
 // TestPoolPodBackAfterANewClientsWrites: a replicated pool's pod leaves

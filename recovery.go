@@ -57,7 +57,7 @@ func (c *Client) recover(s *server) bool {
 		standIns = c.inval.take(s).keys
 		s.floor.Store(0) // its CAS ids start again from 1
 	} else if _, overflowed := c.inval.state(s); overflowed {
-		floor, err := c.casNow(s)
+		floor, err := c.casNow(ctx, s)
 		if err != nil {
 			c.log.Warn("server answered a probe, but not a write: it stays out", keyServer, s.addr.str, keyError, err)
 			return false
@@ -167,11 +167,11 @@ const replayWorkers = 8
 
 // casNow returns a CAS id that s hands out now: every value s holds that
 // was written before has a lower one.
-func (c *Client) casNow(s *server) (uint64, error) {
+func (c *Client) casNow(ctx context.Context, s *server) (uint64, error) {
 	var it *memcache.Item
 	err := s.call(func(w wire) (err error) {
-		if err = w.Store(c.ctx, opSet, &memcache.Item{Key: probeKey, Value: []byte{'1'}, Expiration: 60}); err == nil {
-			it, err = w.Get(c.ctx, probeKey)
+		if err = w.Store(ctx, opSet, &memcache.Item{Key: probeKey, Value: []byte{'1'}, Expiration: 60}); err == nil {
+			it, err = w.Get(ctx, probeKey)
 		}
 		return err
 	})

@@ -53,6 +53,16 @@ func (k opKind) inPlace() bool {
 	return false
 }
 
+// stores reports whether the operation leaves a value of its own at the
+// server, with a new CAS id.
+func (k opKind) stores() bool {
+	switch k {
+	case opSet, opAdd, opReplace, opCAS, opAppend, opPrepend, opIncr, opDecr:
+		return true
+	}
+	return false
+}
+
 // read reports whether the operation returns an item.
 func (k opKind) read() bool { return k == opGet || k == opGetAndTouch }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,6 +45,9 @@ type server struct {
 	started   atomic.Int64  // the process start (unix seconds, from stats) that floor was taken in
 	checked   atomic.Int64  // when a value below floor last made the Client check for a restart (unix nanos)
 
+	floorMu  sync.Mutex // guards floorGen, and the floor's move from pending to known
+	floorGen uint64     // the floors asked for (see askFloor)
+
 	lossesKnown atomic.Bool // its record of the slots it lost was read (see Client.lossesKnown)
 
 	// Guarded by Client.mu.
@@ -67,6 +72,40 @@ func (s serverState) String() string {
 }
 
 func (s *server) status() serverState { return serverState(s.state.Load()) }
+
+// askFloor makes s's floor pending (math.MaxUint64: nothing served) until
+// one taken from now on is set with the number it returns (see setFloor).
+func (s *server) askFloor() uint64 {
+	s.floorMu.Lock()
+	defer s.floorMu.Unlock()
+	s.floorGen++
+	s.floor.Store(math.MaxUint64)
+	return s.floorGen
+}
+
+// floorAsked returns the number of the floor asked for last, and whether
+// it is still pending.
+func (s *server) floorAsked() (gen uint64, pending bool) {
+	s.floorMu.Lock()
+	defer s.floorMu.Unlock()
+	return s.floorGen, s.floor.Load() == math.MaxUint64
+}
+
+// setFloor sets f, taken in the process that started at start, as s's
+// floor, if it is the floor asked for last and still pending. A floor
+// taken for an older request could be below values that a newer one must
+// exclude; and once one is set, a second, higher one would exclude the
+// values written since the first.
+func (s *server) setFloor(gen uint64, start int64, f uint64) bool {
+	s.floorMu.Lock()
+	defer s.floorMu.Unlock()
+	if gen != s.floorGen || s.floor.Load() != math.MaxUint64 {
+		return false
+	}
+	s.started.Store(start)
+	s.floor.Store(f)
+	return true
+}
 
 // newServer returns a server at a, with connections of its own built from
 // the Client's connection settings. Nothing is dialed yet.
