@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -253,25 +255,34 @@ func (w metaWire) DeleteCAS(ctx context.Context, key string, cas uint64) error {
 // Arith adds delta to key's value. A copy's placeholder (see Reserve) is
 // no value to this Client, but memcached answers an arithmetic on its
 // empty value as on text ("non-numeric"): a refusal of that kind is
-// checked, and a placeholder is a miss, as the key is to a reader. A
-// value that filled the placeholder in between is tried once more.
+// checked, and a placeholder is a miss, as the key is to a reader. A number
+// that filled the placeholder in between is tried again, twice at most: a
+// new copy's placeholder may have taken its place meanwhile.
 func (w metaWire) Arith(ctx context.Context, key string, delta uint64, decr bool) (uint64, error) {
 	o := meta.ArithOptions{Decrement: decr, Delta: delta, Value: true}
 	n, err := w.p.Arith(ctx, key, o)
 	var ce *meta.ClientError
-	if errors.As(err, &ce) {
-		it, gerr := w.p.Get(ctx, key, meta.GetOptions{})
-		switch {
-		case gerr == nil && placeholder(it):
-			err = meta.ErrMiss
-		case gerr == nil:
-			n, err = w.p.Arith(ctx, key, o)
+	for try := 0; try < 2 && errors.As(err, &ce); try++ {
+		it, gerr := w.p.Get(ctx, key, meta.GetOptions{Value: true})
+		if errors.Is(gerr, meta.ErrMiss) || gerr == nil && placeholder(it) {
+			err = meta.ErrMiss // a placeholder, or gone since: a miss
+			break
 		}
+		if gerr != nil || !numeric(it.Value) {
+			break // the server's answer stands
+		}
+		n, err = w.p.Arith(ctx, key, o)
 	}
 	if err != nil {
 		return 0, gomemcacheErr("incr", err)
 	}
 	return n.Value, nil
+}
+
+// numeric reports whether v is a value memcached can increment.
+func numeric(v []byte) bool {
+	_, err := strconv.ParseUint(strings.TrimSpace(string(v)), 10, 64)
+	return err == nil
 }
 
 // FlushAll has no meta command: server.call sends it by the classic

@@ -18,6 +18,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
 
 // TestContextDeadlineOnAHungServer: a request whose context ends before a
@@ -377,4 +379,83 @@ func TestRepairNeverLandsAfterADelete(t *testing.T) {
 		_, err := direct(m.addr).Get("k")
 		require.ErrorIs(t, err, memcache.ErrCacheMiss, "a deleted value came back at %s", m.addr)
 	}
+}
+
+// TestArithAgainstPlaceholders: memcached answers an increment of a copy's
+// placeholder "non-numeric". Arith then reads the key: a placeholder or a
+// miss is a miss; a number that filled it meanwhile is incremented again,
+// twice at most, since a new copy's placeholder may have replaced it in
+// between (the history checker's unseen-change schedule met that once); a
+// value that is not a number keeps the server's answer. The server here is
+// scripted, one reply per request, so that each interleaving is exact.
+func TestArithAgainstPlaceholders(t *testing.T) {
+	const refused = "CLIENT_ERROR cannot increment or decrement non-numeric value"
+	for _, tc := range []struct {
+		name    string
+		replies []string // to ma and mg in turn; "%s" is the request's opaque
+		want    uint64
+		wantErr error // nil, memcache.ErrCacheMiss, or errAny
+	}{
+		{"a number", []string{"VA 2 %s", "11"}, 11, nil},
+		{"a placeholder is a miss", []string{refused, "VA 0 W %s", ""}, 0, memcache.ErrCacheMiss},
+		{"gone since is a miss", []string{refused, "EN"}, 0, memcache.ErrCacheMiss},
+		{"filled since", []string{refused, "VA 2 %s", "10", "VA 2 %s", "11"}, 11, nil},
+		{"filled, then reserved again", []string{refused, "VA 2 %s", "10", refused, "VA 0 W %s", ""}, 0, memcache.ErrCacheMiss},
+		{"filled and reserved twice", []string{refused, "VA 2 %s", "10", refused, "VA 2 %s", "10", "VA 2 %s", "11"}, 11, nil},
+		{"text stays the server's refusal", []string{refused, "VA 3 %s", "abc"}, 0, errAny},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := metaWire{meta.NewPool(func(context.Context) (net.Conn, error) {
+				client, server := net.Pipe()
+				go scriptedMeta(server, tc.replies)
+				return client, nil
+			}, meta.Options{})}
+			defer w.p.Close()
+			n, err := w.Arith(context.Background(), "k", 1, false)
+			switch tc.wantErr {
+			case nil:
+				require.NoError(t, err)
+				require.Equal(t, tc.want, n)
+			case errAny:
+				require.Error(t, err)
+				require.NotErrorIs(t, err, memcache.ErrCacheMiss)
+				require.Contains(t, err.Error(), "non-numeric")
+			default:
+				require.ErrorIs(t, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+var errAny = errors.New("any error but a miss")
+
+// scriptedMeta answers each request line on c with the next reply of
+// script: a reply that starts with VA takes the data line after it, and
+// "%s" stands for the request's opaque token.
+func scriptedMeta(c net.Conn, script []string) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for len(script) > 0 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		opaque := ""
+		for _, f := range strings.Fields(line)[1:] {
+			if f[0] == 'O' {
+				opaque = f
+			}
+		}
+		reply := script[0]
+		script = script[1:]
+		out := strings.TrimSpace(strings.ReplaceAll(reply, "%s", opaque)) + "\r\n"
+		if strings.HasPrefix(reply, "VA") {
+			out += script[0] + "\r\n"
+			script = script[1:]
+		}
+		if _, err := io.WriteString(c, out); err != nil {
+			return
+		}
+	}
+	io.Copy(io.Discard, br) // until the client closes
 }
