@@ -153,8 +153,10 @@ func newClientOf(ss *ServerList, own bool, cfg clientOptions, log *slog.Logger, 
 }
 
 // Close waits for the calls in flight to return (a GetOrLoad's load
-// included), stops the Client's goroutines, waits for them, closes its
-// connections and, for a Client from NewClient, stops discovery. Calls
+// included), deletes at each server the keys it logged for it while the
+// server was out (within 4 timeouts; see docs/consistency.md), stops the
+// Client's goroutines, waits for them, closes its connections and, for a
+// Client from NewClient, stops discovery. Calls
 // made after Close began return ErrClosed, and send nothing: unlike
 // gomemcache's Client, which may still be used after its Close (which
 // only closes its idle connections). It is idempotent and returns nil.
@@ -168,6 +170,7 @@ func (c *Client) Close() error {
 		}
 		c.cancel()
 		c.wg.Wait()
+		c.replayOnClose() // what the drains it just stopped had left
 		c.mu.Lock()
 		for _, s := range c.servers {
 			s.retire()

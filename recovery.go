@@ -133,33 +133,11 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 	})
 }
 
-// drainKeys cleans keys at s, a few at once, and returns how many it did.
+// drainKeys cleans keys at s (see replay), and returns how many it did.
 func (c *Client) drainKeys(s *server, keys map[string]*server) int {
-	work := make(chan string)
-	var wg sync.WaitGroup
-	var cleaned atomic.Int64
-	for range replayWorkers {
-		wg.Go(func() {
-			for k := range work {
-				if s.status() != up || c.ctx.Err() != nil {
-					continue
-				}
-				err := c.clean(c.ctx, s, k, false)
-				if f := failureOf(err); f != healthy {
-					c.observe(s, f, err)
-				} else {
-					cleaned.Add(1)
-				}
-			}
-		})
-	}
-	for k := range keys {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
-	c.reportReplay(s, int(cleaned.Load()))
-	return int(cleaned.Load())
+	n := c.replay(c.ctx, s, keys, func(err error) { c.observe(s, failureOf(err), err) })
+	c.reportReplay(s, n)
+	return n
 }
 
 // replayWorkers is how many keys a drain cleans at once.
@@ -259,4 +237,71 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.n -= n
 	return n, err
+}
+
+// replayOnClose replays, before the Client stops, what it logged for each
+// server (see invalLog): the keys written elsewhere while the server was out
+// for this client, whose older values the server still holds. Lost with the
+// Client, they would be served to every other client, and to the next one
+// started in this one's place (an application pod that rolls): the server is
+// often out for this client alone (timeouts under load), and up for them.
+// Each server is tried, out or not, within closeReplayTime timeouts; one
+// that fails a delete is given up. A log that overflowed has no keys left to
+// replay: its floor was this client's alone (see docs/consistency.md).
+func (c *Client) replayOnClose() {
+	// The Client's goroutines and context have stopped; nothing it does
+	// here starts another (see c.closed).
+	ctx, cancel := context.WithTimeout(context.Background(), closeReplayTime*c.cfg.conn.timeout)
+	defer cancel()
+	c.mu.Lock()
+	var ss []*server
+	for _, s := range c.servers {
+		if s.status() != gone || !s.lost.Load() {
+			ss = append(ss, s)
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		if keys := c.inval.keys(s); len(keys) > 0 {
+			wg.Go(func() { c.reportReplay(s, c.replay(ctx, s, keys, nil)) })
+		}
+	}
+	wg.Wait()
+}
+
+// closeReplayTime bounds replayOnClose, in timeouts.
+const closeReplayTime = 4
+
+// replay cleans keys at s, a few at once (see clean), until one fails
+// (failed, if not nil, is told why) or ctx ends, and returns how many it
+// cleaned.
+func (c *Client) replay(ctx context.Context, s *server, keys map[string]*server, failed func(error)) int {
+	ctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var cleaned atomic.Int64
+	for range replayWorkers {
+		wg.Go(func() {
+			for k := range work {
+				if ctx.Err() != nil {
+					continue
+				}
+				if err := c.clean(ctx, s, k, false); failureOf(err) != healthy {
+					if giveUp(); failed != nil {
+						failed(err)
+					}
+					continue
+				}
+				cleaned.Add(1)
+			}
+		})
+	}
+	for k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	return int(cleaned.Load())
 }
