@@ -693,6 +693,41 @@ func TestFlushAllRemovesCountersIncrementedInItsSecond(t *testing.T) {
 	require.Equal(t, "1", string(it.Value))
 }
 
+// TestFlushAllChangesNothingBeforeItsFloor: a counter incremented in the
+// flush's second survives flush_all on memcached 1.6.25 and later (see
+// floorAfterFlush). Between the flush and the floor taken after it, an
+// Increment must not carry it on: the floor is pending from before the
+// flush is sent (the CI's histcheck flush on 1.6.45, under load: an
+// increment in that window, then every read after FlushAll of its result,
+// 8 stale reads in a run). Here the floor's write is held a second, within
+// the timeout.
+func TestFlushAllChangesNothingBeforeItsFloor(t *testing.T) {
+	ms := startMemcached(t, 1)
+	var f faults
+	c, _ := newTestClient(t, addrsOf(ms), f.option(), WithTimeout(5*time.Second))
+	require.NoError(t, c.Set(&memcache.Item{Key: "n", Value: []byte("5")}))
+	require.NoError(t, c.Set(&memcache.Item{Key: "x", Value: []byte("v")}))
+	for t0 := serverClock(t, ms[0].addr); serverClock(t, ms[0].addr) < t0+2; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	n, err := c.Increment("n", 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), n)
+
+	f.mu.Lock()
+	f.prefix = "ms " + probeKey // the floor's write
+	f.mu.Unlock()
+	f.set(ms[0].addr, false, time.Second)
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.FlushAll() }()
+	eventually(t, "the flush", func() bool { _, err := direct(ms[0].addr).Get("x"); return err == memcache.ErrCacheMiss })
+	_, err = c.Increment("n", 1)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a counter from before the flush was incremented before its floor was known: %v", err)
+	require.NoError(t, <-flushed)
+	_, err = c.Get("n")
+	require.ErrorIs(t, err, memcache.ErrCacheMiss)
+}
+
 // TestWriteWhileAFloorIsPending: a write to a server whose CAS floor is
 // asked for but not yet taken (its taker runs in the background, and here
 // only after the write) is served, as are the writes after it; a value
