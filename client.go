@@ -349,14 +349,16 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	for _, p := range rt.past {
 		next = min(next, p.until.Sub(now))
 	}
+	// Before rt is read, without mu (a walk of every slot, and floors
+	// taken at servers, which a server's probe or its failure must not
+	// wait for): a server's health may change meanwhile, which rt's
+	// readers check (see routing.ownerNow), and which asks for the next
+	// refresh.
+	c.mu.Unlock()
 	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}
-	// Before rt is read, without mu: a server's health may change
-	// meanwhile, which rt's readers check (see routing.ownerNow), and
-	// which asks for the next refresh.
-	c.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.takeFloors(gained) })
 	c.noteLosses(losses, false)

@@ -28,8 +28,8 @@ import (
 // have no slots, and are not covered (see the README's "Consistency").
 //
 // The table (4 MB) is made at the first change that moves a slot. Record
-// runs with the Client's lock held, before the routing it compares is
-// published; reads are lock-free.
+// runs under the Client's refreshing lock, before the routing it compares
+// is published; reads are lock-free.
 type gains struct {
 	slots  []atomic.Uint32           // per slot: an index into events, or 0
 	events atomic.Pointer[[]*gain]   // index 0 unused; replaced, never changed in place
@@ -74,34 +74,58 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	// served there until it is taken; a losing server, its owner there,
 	// with its floor (see of).
 	ot, nt := &old.live.table, &new.live.table
+	var moved []gainRun // the slots that change server, with their new gain's index in lo's place (see below)
 	byServer := map[*server]uint32{}
 	byLoser := map[*server]int{}
+	var prevNs, prevOs *server // the last changed slot's: most slots change in long runs
+	var ev uint32
+	var k int
 	for i := range uint64(1 << slotBits) {
 		ns, os := new.liveSrv[nt.owner(i)], old.liveSrv[ot.owner(i)]
 		if ns == os {
 			continue
 		}
-		losses = addLost(losses, byLoser, os, uint32(i))
-		if _, ok := byServer[ns]; !ok {
-			e := &gain{s: ns}
-			e.floor.Store(math.MaxUint64)
-			byServer[ns] = uint32(len(evs))
-			evs = append(evs, e)
-			added = append(added, e)
+		slot := uint32(i)
+		if os != prevOs {
+			k = lossOf(&losses, byLoser, os)
+			prevOs = os
+		}
+		if rs := losses[k].runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
+			rs[len(rs)-1].hi++
+		} else {
+			losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
+		}
+		if ns != prevNs {
+			var ok bool
+			if ev, ok = byServer[ns]; !ok {
+				e := &gain{s: ns}
+				e.floor.Store(math.MaxUint64)
+				ev = uint32(len(evs))
+				byServer[ns] = ev
+				evs = append(evs, e)
+				added = append(added, e)
+			}
+			prevNs = ns
+		}
+		if n := len(moved); n > 0 && moved[n-1].hi+1 == slot && moved[n-1].e == evs[ev] {
+			moved[n-1].hi++
+		} else {
+			moved = append(moved, gainRun{lo: slot, hi: slot, e: evs[ev]})
 		}
 		if e := evs[g.slots[i].Load()]; e != nil {
-			if n := len(lost); n > 0 && lost[n-1].e == e && lost[n-1].hi == uint32(i)-1 {
+			if n := len(lost); n > 0 && lost[n-1].e == e && lost[n-1].hi == slot-1 {
 				lost[n-1].hi++
 			} else {
-				lost = append(lost, gainRun{lo: uint32(i), hi: uint32(i), e: e})
+				lost = append(lost, gainRun{lo: slot, hi: slot, e: e})
 			}
 		}
 	}
 	g.events.Store(&evs)
 	g.lost.Store(&lost)
-	for i := range uint64(1 << slotBits) {
-		if ns := new.liveSrv[nt.owner(i)]; ns != old.liveSrv[ot.owner(i)] {
-			g.slots[i].Store(byServer[ns])
+	for _, r := range moved {
+		ev := byServer[r.e.s]
+		for i := r.lo; i <= r.hi; i++ {
+			g.slots[i].Store(ev)
 		}
 	}
 	return added, lost, losses
@@ -155,18 +179,24 @@ func lostAll(rt *routing) (losses []loss) {
 // addLost adds slot, which s lost, to losses (in slot order), whose index
 // of each server is byLoser.
 func addLost(losses []loss, byLoser map[*server]int, s *server, slot uint32) []loss {
-	k, ok := byLoser[s]
-	if !ok {
-		k = len(losses)
-		byLoser[s] = k
-		losses = append(losses, loss{s: s})
-	}
+	k := lossOf(&losses, byLoser, s)
 	if rs := losses[k].runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
 		rs[len(rs)-1].hi++
 	} else {
 		losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
 	}
 	return losses
+}
+
+// lossOf returns the index in losses of s's loss, added if it has none.
+func lossOf(losses *[]loss, byLoser map[*server]int, s *server) int {
+	k, ok := byLoser[s]
+	if !ok {
+		k = len(*losses)
+		byLoser[s] = k
+		*losses = append(*losses, loss{s: s})
+	}
+	return k
 }
 
 // begin makes the table if there is none, and returns a copy of the gains

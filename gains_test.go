@@ -128,3 +128,28 @@ func TestGainsCompactKeepsThePast(t *testing.T) {
 		require.NotEqual(t, uint64(math.MaxUint64), e.floor.Load())
 	}
 }
+
+// BenchmarkGainsRecord: recording a change of one server out of 4 (a
+// failover), then back, as Client.refresh does on every change: it walks
+// every slot, and holds the refresh meanwhile.
+func BenchmarkGainsRecord(b *testing.B) {
+	srv := map[string]*server{}
+	rings := make([]*routing, 2)
+	for i, ids := range [][]string{{"a", "b", "c", "d"}, {"a", "b", "c"}} {
+		for _, id := range ids {
+			if srv[id] == nil {
+				srv[id] = &server{addr: &staticAddr{network: "tcp", str: id}}
+			}
+		}
+		rings[i], _ = newRouting(routingInput{
+			base:   newRing(canonical(members(ids...)), DefaultPointsPerServer),
+			server: func(a *staticAddr) *server { return srv[a.str] },
+			live:   func(*server) bool { return true },
+		})
+	}
+	var g gains
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		g.record(rings[i%2], rings[(i+1)%2])
+	}
+}
