@@ -60,21 +60,29 @@ test-deps:
 # Client and gomemcache's client side by side; it fails on any stale read
 # by the Client. HISTCHECK_SEED reruns a seed it printed. make
 # histcheck-long runs each schedule for HISTCHECK_DURATION (make bench-e2e
-# runs it, and goes on to the benchmarks if it fails: its output is in
-# histcheck-long.out). make histcheck-report runs the long run and
-# rewrites BENCHMARKS.md's history section alone from it.
+# runs it, and goes on to the benchmarks if it fails), on Debian's
+# memcached and on the newest release at once: its outputs are in
+# histcheck-long.out and histcheck-long-newest.out. make histcheck-report
+# runs the long run and rewrites BENCHMARKS.md's history section alone
+# from them.
 HISTCHECK_DURATION ?= 60s
+HISTCHECK_LONG = $(GO) test -count=1 -timeout 120m -run '^TestHistory$$' -v ./internal/histcheck/ \
+	-histcheck.duration $(HISTCHECK_DURATION) -histcheck.workers 16
 histcheck: test-deps
 	$(GO) test -race -count=1 -run '^(TestHistory|TestStaleSet)$$' -v ./internal/histcheck/
 
 histcheck-long: SHELL := /bin/bash
 histcheck-long: .SHELLFLAGS := -o pipefail -c
 histcheck-long: test-deps
-	$(GO) test -count=1 -timeout 120m -run '^TestHistory$$' -v ./internal/histcheck/ \
-		-histcheck.duration $(HISTCHECK_DURATION) -histcheck.workers 16 | tee histcheck-long.out
+	newest="$$(bash scripts/memcached-newest.sh)"; \
+	PATH="$$newest:$$PATH" $(HISTCHECK_LONG) > histcheck-long-newest.out 2>&1 & pid=$$!; \
+	$(HISTCHECK_LONG) 2>&1 | tee histcheck-long.out; debian=$$?; \
+	wait $$pid; newest=$$?; tail -40 histcheck-long-newest.out; test $$debian = 0 -a $$newest = 0
 
-histcheck-report: histcheck-long
-	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out -o BENCHMARKS.md
+histcheck-report: SHELL := /bin/bash
+histcheck-report: test-deps
+	-$(MAKE) histcheck-long
+	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out,histcheck-long-newest.out -o BENCHMARKS.md
 
 vet:
 	$(GO) mod download
@@ -140,7 +148,7 @@ bench: bench-deps
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out -leases bench-leases.out \
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out,histcheck-long-newest.out -leases bench-leases.out \
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)" >bench-goals.out
 	@cat BENCHMARKS.md
 	@echo; echo "The Client against gomemcache (BenchmarkClientVsGomemcache; BENCHMARKS.md has the tables):"; cat bench-goals.out

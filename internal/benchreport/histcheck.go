@@ -66,22 +66,44 @@ func parseHistcheck(b []byte) []histRun {
 	return runs
 }
 
-// histcheckSection writes the long history run's table: operations, stale
-// reads and hit rate per schedule and target, the totals of the schedules
-// the Client is judged on, and the known gaps apart.
-func histcheckSection(w *bytes.Buffer, path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
+// serverLine is TestHistory's note of the memcached it ran (see
+// internal/histcheck's TestHistory).
+var serverLine = regexp.MustCompile(`server: (memcached \S+)`)
+
+// histcheckSection writes the long history runs' tables, one per output
+// of make histcheck-long in paths (comma-separated: one run per memcached
+// version): operations, stale reads and hit rate per schedule and target,
+// the totals of the schedules the Client is judged on, and the known gaps
+// apart.
+func histcheckSection(w *bytes.Buffer, paths string) error {
+	first := true
+	for path := range strings.SplitSeq(paths, ",") {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		runs := parseHistcheck(b)
+		if len(runs) == 0 {
+			return fmt.Errorf("%s: no summary lines of TestHistory", path)
+		}
+		fi, _ := os.Stat(path)
+		if first {
+			fmt.Fprintf(w, "## History checker (long run)\n\n")
+			fmt.Fprintf(w, "From `make histcheck-long` (internal/histcheck, part of `make bench-e2e`; `make histcheck-report` reruns it and rewrites this section alone), once on Debian's memcached and once on the newest release: every fault schedule through the sharded and the replicated Client and, as the control, gomemcache's own client, each over memcached processes of its own. A read is stale if it returns the value of a write w1 when another write or delete of the key began after w1 ended and was acknowledged before the read began. Known gaps (docs/consistency.md, \"What is not covered\") are reported apart, not counted in the totals.\n\n")
+			first = false
+		}
+		server := "memcached (version not recorded)"
+		if m := serverLine.FindSubmatch(b); m != nil {
+			server = string(m[1])
+		}
+		fmt.Fprintf(w, "### %s (%s)\n\n", server, fi.ModTime().UTC().Format("2006-01-02 15:04 MST"))
+		histTable(w, runs)
 	}
-	runs := parseHistcheck(b)
-	if len(runs) == 0 {
-		return fmt.Errorf("%s: no summary lines of TestHistory", path)
-	}
-	fi, _ := os.Stat(path)
-	fmt.Fprintf(w, "## History checker (long run)\n\n")
-	fmt.Fprintf(w, "From `make histcheck-long` (internal/histcheck, part of `make bench-e2e`; `make histcheck-report` reruns it and rewrites this section alone; %s): every fault schedule through the sharded and the replicated Client and, as the control, gomemcache's own client, each over memcached processes of its own. A read is stale if it returns the value of a write w1 when another write or delete of the key began after w1 ended and was acknowledged before the read began. Known gaps (docs/consistency.md, \"What is not covered\") are reported apart, not counted in the totals.\n\n",
-		fi.ModTime().UTC().Format("2006-01-02 15:04 MST"))
+	return nil
+}
+
+// histTable writes one run's table and its errors after the kills.
+func histTable(w *bytes.Buffer, runs []histRun) {
 	header := []string{"schedule"}
 	for _, t := range histTargets {
 		header = append(header, t+": ops, stale, hit")
@@ -115,7 +137,6 @@ func histcheckSection(w *bytes.Buffer, path string) error {
 	rows = append(rows, sum)
 	table(w, header, slices.Concat(rows, gaps))
 	killSentence(w, runs)
-	return nil
 }
 
 // killSentence states the errors that reached the application after the

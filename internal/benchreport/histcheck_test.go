@@ -52,3 +52,21 @@ func TestHistcheckSection(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("no summary here\n"), 0o644))
 	require.ErrorContains(t, histcheckSection(&b, path), "no summary lines")
 }
+
+// TestHistcheckSectionPerServer: one table per run, each headed by the
+// memcached version its run noted, under one heading.
+func TestHistcheckSectionPerServer(t *testing.T) {
+	dir := t.TempDir()
+	old, newest := filepath.Join(dir, "histcheck-long.out"), filepath.Join(dir, "histcheck-long-newest.out")
+	require.NoError(t, os.WriteFile(old, []byte("    histcheck_test.go:80: server: memcached 1.6.18\n"+histOut), 0o644))
+	require.NoError(t, os.WriteFile(newest, []byte("    histcheck_test.go:80: server: memcached 1.6.45\n"+histOut), 0o644))
+	var b bytes.Buffer
+	require.NoError(t, histcheckSection(&b, old+","+newest))
+	out := b.String()
+	require.Equal(t, 1, strings.Count(out, "## History checker (long run)"))
+	i, j := strings.Index(out, "### memcached 1.6.18 ("), strings.Index(out, "### memcached 1.6.45 (")
+	require.True(t, i >= 0 && j > i, "a table per version, in the order given:\n%s", out)
+	require.Equal(t, 2, strings.Count(out, "| **all of the above** | **159,763, 2** |"))
+
+	require.ErrorContains(t, histcheckSection(&b, old+","+filepath.Join(dir, "missing.out")), "missing.out")
+}

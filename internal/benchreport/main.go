@@ -38,7 +38,7 @@ var (
 	benchstatFile = flag.String("benchstat", "", "benchstat output `file` to append, if it exists")
 	loadFile      = flag.String("loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the header, if it exists")
 	e2eFile       = flag.String("e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
-	histFile      = flag.String("histcheck", "", "output `file` of make histcheck-long to summarize, if it exists")
+	histFile      = flag.String("histcheck", "", "output `files` of make histcheck-long to summarize (comma-separated, one a memcached version), if the first exists")
 	leasesFile    = flag.String("leases", "", "the JSON `file` that TestLeaseMeasure wrote with -lease.json, if it exists")
 	command       = flag.String("command", "make bench", "the `command` that produced the report, for its header")
 	section       = flag.String("section", "", "rewrite only this `section` of the report (-o) in place, from its input: histcheck (-histcheck); the others stay as the run that made them left them")
@@ -111,7 +111,7 @@ func run() error {
 			fi.ModTime().UTC().Format("2006-01-02 15:04 MST"), b)
 	}
 
-	if _, err := os.Stat(*histFile); err == nil {
+	if first, _, _ := strings.Cut(*histFile, ","); first != "" && exists(first) {
 		if err := histcheckSection(&body, *histFile); err != nil {
 			return err
 		}
@@ -214,4 +214,10 @@ func passMiss(ok bool) string {
 		return "PASS"
 	}
 	return "MISS"
+}
+
+// exists reports whether path names a file.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,11 +54,15 @@ func TestHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the history checker runs real memcached for a while; not in -short")
 	}
-	if _, err := MemcachedPath(); err != nil {
+	bin, err := MemcachedPath()
+	if err != nil {
 		if os.Getenv("SELECTOR_REQUIRE_PEERS") != "" {
 			t.Fatal(err)
 		}
 		t.Skip(err)
+	}
+	if v, err := exec.Command(bin, "-V").Output(); err == nil { // for the report (see benchreport)
+		t.Logf("server: %s", strings.TrimSpace(string(v)))
 	}
 	w := DefaultWorkload
 	w.Workers = *workersFlag
