@@ -26,6 +26,16 @@
 //	memcache.selector.discovery.synced (1)            gauge: 1 once the ServerList has synced
 //	memcache.selector.discovery.healthy (1)           gauge: 0 after a discovery error, 1 once the API server answers again
 //
+// And, for the Clients given to AddClient, summed, their moves (see
+// selector.Moves and selector.MoveStats), observed at each collection:
+//
+//	memcache.selector.moves.moved ({key})             counter: keys moved to their new server
+//	memcache.selector.moves.left ({key})              counter: keys a move left where they were (tried again later)
+//	memcache.selector.moves.bytes (By)                counter: bytes of the values moved
+//	memcache.selector.moves.pending ({key})           gauge: keys still to move, what a preStop hook waits for
+//	memcache.selector.moves.busy (1)                  gauge: 1 while a round of moves is due, under way, or to try again
+//	memcache.selector.moves.eta (s)                   gauge: how long the pending keys take at the rate moved so far (the longest Client's)
+//
 // Every instrument has db.system.name "memcached". A ServerList filled by
 // SetServers has no k8s attributes.
 package selectorotel
@@ -70,6 +80,9 @@ type Metrics struct {
 	duration, lag                                                                               metric.Float64Histogram
 	keys, serverErrors, health, invalidationKeys, overflows, flushes, handoffs, ring, discovery metric.Int64Counter
 	servers, synced, healthy                                                                    metric.Int64Gauge
+
+	clientsMu sync.Mutex
+	clients   []*selector.Client // see AddClient
 
 	// The attribute sets of the hot path, made once for each set of labels,
 	// as the slices a variadic call would otherwise allocate.
@@ -139,10 +152,75 @@ func New(o Options) (*Metrics, error) {
 	m.servers = gauge("ring.servers", "{server}", "A ServerList's servers.")
 	m.synced = gauge("discovery.synced", "1", "1 once a ServerList has listed its Service's endpoints and is watching them.")
 	m.healthy = gauge("discovery.healthy", "1", "0 after a discovery error, 1 once the API server answers again.")
+	errs = append(errs, m.observeMoves(meter))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// observeMoves makes the moves' instruments, observed from the Clients
+// given to AddClient.
+func (m *Metrics) observeMoves(meter metric.Meter) error {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(prefix+name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(prefix+name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	moved := counter("moves.moved", "{key}", "Keys moved to their new server after a change of servers, by the Clients given to AddClient.")
+	left := counter("moves.left", "{key}", "Keys a move left where they were (a server failed, another copy was under way); tried again later.")
+	bytes := counter("moves.bytes", "By", "Bytes of the values moved to their new server.")
+	pending := gauge("moves.pending", "{key}", "Keys listed at servers that no longer own them and not moved yet: what a preStop hook waits for.")
+	busy := gauge("moves.busy", "1", "1 while a round of moves is due, under way, or will try again the keys it left.")
+	eta, err := meter.Float64ObservableGauge(prefix+"moves.eta", metric.WithUnit("s"),
+		metric.WithDescription("How long the pending keys take to move at the rate the Clients have moved keys so far."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		m.clientsMu.Lock()
+		clients := m.clients
+		m.clientsMu.Unlock()
+		if len(clients) == 0 {
+			return nil
+		}
+		var nMoved, nLeft, nBytes, nPending, nBusy int64
+		var secs float64
+		for _, c := range clients {
+			mv := c.Stats().Moves
+			nMoved, nLeft, nBytes, nPending = nMoved+int64(mv.Moved), nLeft+int64(mv.Left), nBytes+mv.Bytes, nPending+int64(mv.Pending)
+			if mv.Busy {
+				nBusy = 1
+			}
+			secs = max(secs, mv.ETA().Seconds()) // the Clients move at once: done when the last is
+		}
+		attrs := metric.WithAttributes(system)
+		o.ObserveInt64(moved, nMoved, attrs)
+		o.ObserveInt64(left, nLeft, attrs)
+		o.ObserveInt64(bytes, nBytes, attrs)
+		o.ObserveInt64(pending, nPending, attrs)
+		o.ObserveInt64(busy, nBusy, attrs)
+		o.ObserveFloat64(eta, secs, attrs)
+		return nil
+	}, moved, left, bytes, pending, busy, eta)
+	return err
+}
+
+// AddClient reports c's moves (c.Stats().Moves), summed with those of the
+// other Clients added, at every collection: a pod that drains, or an
+// operator, can see what is left and how long it takes. A closed Client
+// keeps reporting its totals.
+func (m *Metrics) AddClient(c *selector.Client) {
+	m.clientsMu.Lock()
+	defer m.clientsMu.Unlock()
+	m.clients = append(m.clients, c)
 }
 
 // Request implements selector.Metrics.

@@ -213,6 +213,57 @@ func TestThroughClient(t *testing.T) {
 	}
 }
 
+
+// The moves of the Clients given to AddClient, observed at each
+// collection: a second server joins, this client moves its keys there,
+// and the instruments say what Stats says, with nothing pending once done.
+func TestMoves(t *testing.T) {
+	s1, s2 := testcluster.Memcached(t), testcluster.Memcached(t)
+	var ss selector.ServerList
+	if err := ss.SetServers(s1.PodAddr); err != nil {
+		t.Fatal(err)
+	}
+	m, r := newMetrics(t)
+	c, err := selector.NewClientFromList(&ss, selector.WithMetrics(m), selector.WithSlog(slog.New(slog.DiscardHandler)),
+		selector.WithTimeout(2*time.Second), selector.WithDialContext(testcluster.Dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := r.metric("memcache.selector.moves.moved"); ok {
+		t.Error("moves observed before a Client was added")
+	}
+	m.AddClient(c)
+	value := []byte(strings.Repeat("v", 100))
+	for i := range 300 {
+		if err := c.Set(&memcache.Item{Key: fmt.Sprint("key-", i), Value: value}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ss.SetServers(s1.PodAddr, s2.PodAddr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the moves", func() bool { mv := c.Stats().Moves; return mv.Moved > 0 && !mv.Busy && mv.Pending == 0 })
+	mv := c.Stats().Moves
+	for name, want := range map[string]int64{"moves.moved": int64(mv.Moved), "moves.left": int64(mv.Left), "moves.bytes": mv.Bytes} {
+		if got := r.sum("memcache.selector."+name, "db.system.name=memcached"); got != want {
+			t.Errorf("%s = %d, want %d (MoveStats %+v)", name, got, want, mv)
+		}
+	}
+	if mv.Bytes != int64(mv.Moved*len(value)) {
+		t.Errorf("MoveStats %+v: %d bytes for %d keys of %d", mv, mv.Bytes, mv.Moved, len(value))
+	}
+	for _, name := range []string{"moves.pending", "moves.busy"} {
+		if got := r.gauge("memcache.selector."+name, "db.system.name=memcached"); got != 0 {
+			t.Errorf("%s = %d, want 0 once the moves are done", name, got)
+		}
+	}
+	eta, ok := r.metric("memcache.selector.moves.eta")
+	if !ok || eta.Unit != "s" || len(eta.Data.(metricdata.Gauge[float64]).DataPoints) != 1 || eta.Data.(metricdata.Gauge[float64]).DataPoints[0].Value != 0 {
+		t.Errorf("moves.eta: %+v", eta)
+	}
+}
+
 // The hot path allocates nothing once its attributes have been seen.
 func TestAllocs(t *testing.T) {
 	m, _ := newMetrics(t)

@@ -24,6 +24,16 @@
 //	discovery_synced{service}                  1 once the ServerList has synced
 //	discovery_healthy{service}                 0 after a discovery error, 1 once the API server answers again
 //
+// And, for the Clients given to AddClient, summed, their moves (see
+// selector.Moves and selector.MoveStats), read at each scrape:
+//
+//	moves_moved_keys_total                     keys moved to their new server
+//	moves_left_keys_total                      keys a move left where they were (tried again later)
+//	moves_bytes_total                          bytes of the values moved
+//	moves_pending_keys                         keys still to move: what a preStop hook waits for
+//	moves_busy                                 1 while a round of moves is due, under way, or to try again
+//	moves_eta_seconds                          how long the pending keys take at the rate moved so far (the longest Client's)
+//
 // service is "namespace/name" ("" for a ServerList filled by SetServers).
 // One Metrics may serve several Clients and ServerLists: the counters add
 // up, and the gauges are by service.
@@ -73,6 +83,10 @@ type Metrics struct {
 	keyCounters              cache[reqKey, prometheus.Counter] // outcome "hit" or "miss"
 	serverErrorCounters      cache[serverKey, prometheus.Counter]
 	collectors               []prometheus.Collector
+
+	moved, left, bytes, pending, busy, eta *prometheus.Desc
+	clientsMu                              sync.Mutex
+	clients                                []*selector.Client // see AddClient
 }
 
 var _ selector.Metrics = (*Metrics)(nil)
@@ -130,13 +144,35 @@ func New(o Options) *Metrics {
 	m.discovery = counter("discovery_events_total", "A ServerList's discovery: synced, relist, watch_restart, error, recovered.", "service", "event")
 	m.synced = gauge("discovery_synced", "1 once a ServerList has listed its Service's endpoints and is watching them.", "service")
 	m.healthy = gauge("discovery_healthy", "0 after a discovery error, 1 once the API server answers again.", "service")
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, nil, o.ConstLabels)
+	}
+	m.moved = desc("moves_moved_keys_total", "Keys moved to their new server after a change of servers, by the Clients given to AddClient.")
+	m.left = desc("moves_left_keys_total", "Keys a move left where they were (a server failed, another copy was under way); tried again later.")
+	m.bytes = desc("moves_bytes_total", "Bytes of the values moved to their new server.")
+	m.pending = desc("moves_pending_keys", "Keys listed at servers that no longer own them and not moved yet: what a preStop hook waits for.")
+	m.busy = desc("moves_busy", "1 while a round of moves is due, under way, or will try again the keys it left.")
+	m.eta = desc("moves_eta_seconds", "How long the pending keys take to move at the rate the Clients have moved keys so far.")
 	return m
+}
+
+// AddClient reports c's moves (c.Stats().Moves), summed with those of the
+// other Clients added, at every scrape: a pod that drains, or an operator,
+// can see what is left and how long it takes. A closed Client keeps
+// reporting its totals.
+func (m *Metrics) AddClient(c *selector.Client) {
+	m.clientsMu.Lock()
+	defer m.clientsMu.Unlock()
+	m.clients = append(m.clients, c)
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors {
 		c.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{m.moved, m.left, m.bytes, m.pending, m.busy, m.eta} {
+		ch <- d
 	}
 }
 
@@ -145,6 +181,27 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors {
 		c.Collect(ch)
 	}
+	m.clientsMu.Lock()
+	clients := m.clients
+	m.clientsMu.Unlock()
+	if len(clients) == 0 {
+		return
+	}
+	var moved, left, bytes, pending, busy, eta float64
+	for _, c := range clients {
+		mv := c.Stats().Moves
+		moved, left, bytes, pending = moved+float64(mv.Moved), left+float64(mv.Left), bytes+float64(mv.Bytes), pending+float64(mv.Pending)
+		if mv.Busy {
+			busy = 1
+		}
+		eta = max(eta, mv.ETA().Seconds()) // the Clients move at once: done when the last is
+	}
+	ch <- prometheus.MustNewConstMetric(m.moved, prometheus.CounterValue, moved)
+	ch <- prometheus.MustNewConstMetric(m.left, prometheus.CounterValue, left)
+	ch <- prometheus.MustNewConstMetric(m.bytes, prometheus.CounterValue, bytes)
+	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, pending)
+	ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, busy)
+	ch <- prometheus.MustNewConstMetric(m.eta, prometheus.GaugeValue, eta)
 }
 
 // Request implements selector.Metrics.

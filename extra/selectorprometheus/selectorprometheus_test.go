@@ -160,6 +160,67 @@ memcache_selector_ring_servers{service="default/memcache"} 1
 	}
 }
 
+// The moves of the Clients given to AddClient, read at each scrape: a
+// second server joins, this client moves its keys there, and the metrics
+// say what Stats says, with nothing pending once done.
+func TestMoves(t *testing.T) {
+	s1, s2 := testcluster.Memcached(t), testcluster.Memcached(t)
+	var ss selector.ServerList
+	if err := ss.SetServers(s1.PodAddr); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{})
+	c, err := selector.NewClientFromList(&ss, selector.WithMetrics(m), selector.WithSlog(slog.New(slog.DiscardHandler)),
+		selector.WithTimeout(2*time.Second), selector.WithDialContext(testcluster.Dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m.AddClient(c)
+	value := []byte(strings.Repeat("v", 100))
+	for i := range 300 {
+		if err := c.Set(&memcache.Item{Key: fmt.Sprint("key-", i), Value: value}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ss.SetServers(s1.PodAddr, s2.PodAddr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the moves", func() bool { mv := c.Stats().Moves; return mv.Moved > 0 && !mv.Busy && mv.Pending == 0 })
+	mv := c.Stats().Moves
+	if mv.Bytes != int64(mv.Moved*len(value)) {
+		t.Fatalf("MoveStats %+v: %d bytes for %d keys of %d", mv, mv.Bytes, mv.Moved, len(value))
+	}
+	if err := testutil.CollectAndCompare(m, strings.NewReader(fmt.Sprintf(`
+# HELP memcache_selector_moves_moved_keys_total Keys moved to their new server after a change of servers, by the Clients given to AddClient.
+# TYPE memcache_selector_moves_moved_keys_total counter
+memcache_selector_moves_moved_keys_total %d
+# HELP memcache_selector_moves_left_keys_total Keys a move left where they were (a server failed, another copy was under way); tried again later.
+# TYPE memcache_selector_moves_left_keys_total counter
+memcache_selector_moves_left_keys_total %d
+# HELP memcache_selector_moves_bytes_total Bytes of the values moved to their new server.
+# TYPE memcache_selector_moves_bytes_total counter
+memcache_selector_moves_bytes_total %d
+# HELP memcache_selector_moves_pending_keys Keys listed at servers that no longer own them and not moved yet: what a preStop hook waits for.
+# TYPE memcache_selector_moves_pending_keys gauge
+memcache_selector_moves_pending_keys 0
+# HELP memcache_selector_moves_busy 1 while a round of moves is due, under way, or will try again the keys it left.
+# TYPE memcache_selector_moves_busy gauge
+memcache_selector_moves_busy 0
+# HELP memcache_selector_moves_eta_seconds How long the pending keys take to move at the rate the Clients have moved keys so far.
+# TYPE memcache_selector_moves_eta_seconds gauge
+memcache_selector_moves_eta_seconds 0
+`, mv.Moved, mv.Left, mv.Bytes)), "memcache_selector_moves_moved_keys_total", "memcache_selector_moves_left_keys_total",
+		"memcache_selector_moves_bytes_total", "memcache_selector_moves_pending_keys", "memcache_selector_moves_busy", "memcache_selector_moves_eta_seconds"); err != nil {
+		t.Error(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
 // The hot path allocates nothing once its labels have been seen.
 func TestAllocs(t *testing.T) {
 	m := New(Options{})
