@@ -48,13 +48,14 @@ type Client struct {
 	routed  atomic.Pointer[chan struct{}] // closed once the routing after rt is published (see awaitRouting)
 	pool    *pooled                       // a replicated or zoned pool's groups, or nil
 
-	inval  *invalLog // the keys each server must forget before it serves them
-	outs   *outCap   // the cap on servers out after timeouts, shared by a pool's groups
-	copies copies    // handoff copies in flight
-	gains  gains     // the slots each server gained, and its CAS floor then
-	mover  *mover    // the moves of keys after a change of servers (see Moves)
-	loads  *flights  // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
-	tombs  tombs     // whether deletes leave tombstones (see tombstone.go)
+	inval       *invalLog     // the keys each server must forget before it serves them
+	lossesAgain pendingLosses // the second passes of the records of lost slots, which Close runs if still due
+	outs        *outCap       // the cap on servers out after timeouts, shared by a pool's groups
+	copies      copies        // handoff copies in flight
+	gains       gains         // the slots each server gained, and its CAS floor then
+	mover       *mover        // the moves of keys after a change of servers (see Moves)
+	loads       *flights      // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
+	tombs       tombs         // whether deletes leave tombstones (see tombstone.go)
 
 	// refreshing serializes refresh and dropPast, the writers of rt; it is
 	// held across the floors' round trips, which mu is not, so that a
@@ -171,6 +172,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		c.wg.Wait()
 		c.replayOnClose() // what the drains it just stopped had left
+		c.againOnClose()
 		c.mu.Lock()
 		for _, s := range c.servers {
 			s.retire()
@@ -361,7 +363,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { c.takeFloors(gained) })
-	c.noteLosses(losses, false)
+	c.noteLosses(c.ctx, losses, false)
 	wg.Wait()
 	c.mu.Lock()
 	// A server that left keeps its connections while it may still be read:

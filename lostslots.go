@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -50,8 +51,8 @@ type loss struct {
 // a moment apart, and logs a server that never took its record: a Client
 // started after its keys move back may then read its older values of them
 // (see docs/consistency.md).
-func (c *Client) noteLosses(ls []loss, again bool) {
-	if c.closed.Load() || !c.routesByRing() {
+func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
+	if ctx.Err() != nil || !c.routesByRing() {
 		return
 	}
 	done := make(chan struct{}, len(ls))
@@ -68,18 +69,18 @@ func (c *Client) noteLosses(ls []loss, again bool) {
 				tries = lossTries
 			}
 			var err error
-			for try := 0; try < tries && c.ctx.Err() == nil; try++ {
-				if try > 0 && !c.sleep(rand.N(2*c.cfg.conn.timeout)) {
+			for try := 0; try < tries && ctx.Err() == nil; try++ {
+				if try > 0 && !sleep(ctx, rand.N(2*c.cfg.conn.timeout)) {
 					return
 				}
-				ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-				err = c.noteLoss(ctx, l, again)
+				tctx, cancel := context.WithTimeout(ctx, 2*c.cfg.conn.timeout)
+				err = c.noteLoss(tctx, l, again)
 				cancel()
 				if err == nil {
 					return
 				}
 			}
-			if again && c.ctx.Err() == nil {
+			if again && ctx.Err() == nil {
 				c.log.Warn("cannot record the slots a server lost; a client started after they move back may read its older values of them",
 					keyServer, l.s.addr.str, keyError, err)
 			}
@@ -93,14 +94,14 @@ func (c *Client) noteLosses(ls []loss, again bool) {
 // lossTries is how many times the second pass tries a server's record.
 const lossTries = 3
 
-// sleep waits d, or until the Client closes, and reports whether d passed.
-func (c *Client) sleep(d time.Duration) bool {
+// sleep waits d, or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-c.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -110,19 +111,82 @@ func (c *Client) sleep(d time.Duration) bool {
 // flight then, to a server that loses its key, may land after the first
 // floor, and would be served, after the key moved back, by a Client that
 // did not see the change (a histcheck run: 16 stale reads in 6 runs). A
-// request lands within the timeout, or its connection is closed.
+// request lands within the timeout, or its connection is closed. The
+// first pass leaves a record that covers the slots as it is (see
+// noteLoss), which may be one from an earlier loss of the same slots: this
+// pass is what puts the floor above the values written since, and Close
+// runs it if the Client closes first (see againOnClose).
 func (c *Client) noteLossesAgain(ls []loss) {
 	if len(ls) == 0 || c.closed.Load() {
 		return
 	}
+	id := c.lossesAgain.add(ls)
 	// Spread over a second timeout, so that the clients that saw the
 	// change at once (every pod of an application) do not all come at once.
 	wait := c.cfg.conn.timeout + 10*time.Millisecond + rand.N(c.cfg.conn.timeout)
 	c.wg.Go(func() {
-		if c.sleep(wait) {
-			c.noteLosses(ls, true)
+		if sleep(c.ctx, wait) {
+			if ls, ok := c.lossesAgain.take(id); ok {
+				c.noteLosses(c.ctx, ls, true)
+			}
 		}
 	})
+}
+
+// againOnClose runs the second passes still waiting (see noteLossesAgain)
+// as the Client closes, within 4 timeouts: the calls have returned, so
+// their requests have landed. Skipped, a Client that closes just after a
+// change (an application pod that rolls as a memcached pod leaves) would
+// leave a record whose floor is from an earlier loss of the same slots,
+// and a Client started after they move back would serve the server's
+// values written in between (histcheck unseen-change: 168 stale reads in a
+// long run).
+func (c *Client) againOnClose() {
+	var ls []loss
+	for _, pass := range c.lossesAgain.takeAll() {
+		ls = append(ls, pass...)
+	}
+	if len(ls) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeReplayTime*c.cfg.conn.timeout)
+	defer cancel()
+	c.noteLosses(ctx, ls, true)
+}
+
+// pendingLosses are the second passes not yet run (see noteLossesAgain).
+type pendingLosses struct {
+	mu     sync.Mutex
+	n      int
+	passes map[int][]loss
+}
+
+func (p *pendingLosses) add(ls []loss) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.passes == nil {
+		p.passes = map[int][]loss{}
+	}
+	p.n++
+	p.passes[p.n] = ls
+	return p.n
+}
+
+// take removes the pass numbered id, and reports whether it was there.
+func (p *pendingLosses) take(id int) ([]loss, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ls, ok := p.passes[id]
+	delete(p.passes, id)
+	return ls, ok
+}
+
+func (p *pendingLosses) takeAll() map[int][]loss {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all := p.passes
+	p.passes = nil
+	return all
 }
 
 // noteLoss merges l into its server's record, by CAS, trying again while

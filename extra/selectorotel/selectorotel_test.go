@@ -213,7 +213,6 @@ func TestThroughClient(t *testing.T) {
 	}
 }
 
-
 // The moves of the Clients given to AddClient, observed at each
 // collection: a second server joins, this client moves its keys there,
 // and the instruments say what Stats says, with nothing pending once done.

@@ -137,6 +137,7 @@ func histTable(w *bytes.Buffer, runs []histRun) {
 	rows = append(rows, sum)
 	table(w, header, slices.Concat(rows, gaps))
 	killSentence(w, runs)
+	w.WriteString("\n")
 }
 
 // killSentence states the errors that reached the application after the
