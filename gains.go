@@ -322,14 +322,8 @@ func (g *gains) restarted(s *server, start int64) {
 // takeFloors learns the floor of each gain: a CAS id its server hands out
 // now, before the routing that gains are of is published, so that every
 // value this Client writes there afterwards is above it. The servers are
-// asked at once, each within twice the Client's timeout. A gain whose
-// server does not answer in time keeps its floor pending, taken in the
-// background (see retakeFloor): meanwhile none of its slots' values there
-// is served, and what is written or copied there until it is taken lies
-// below it, so that it is read as a miss once; a miss is allowed, an old
-// value is not (histcheck unseen-change on a loaded machine: a gain left
-// without a floor served a value from before the slots last left the
-// server, 168 stale reads in a long run). It observes no failure: its
+// asked at once, each within twice the Client's timeout; a gain whose
+// server does not answer in time has no floor. It observes no failure: its
 // caller, refresh, is what a failure asks for.
 func (c *Client) takeFloors(gs []*gain) {
 	if len(gs) == 0 || c.closed.Load() {
@@ -342,32 +336,19 @@ func (c *Client) takeFloors(gs []*gain) {
 			defer cancel()
 			start, f, err := c.floorOf(ctx, e.s)
 			if err != nil {
-				c.wg.Go(func() { c.retakeFloor(e) })
-				return
+				// A floor taken later would be above the values written
+				// and copied there since the change, which the gate would
+				// then delete, the mover's copies too (with such a floor
+				// taken in the background, e2e TestDemo's rolling restart
+				// found 86% of its keys, on a loaded machine). This gain
+				// goes without one (see docs/consistency.md).
+				f = 0
 			}
 			e.started.Store(start)
 			e.floor.Store(f)
 		})
 	}
 	wg.Wait()
-}
-
-// retakeFloor takes e's floor once its server answers, trying again after
-// growing delays, until the Client closes or the server is lost.
-func (c *Client) retakeFloor(e *gain) {
-	for delay := c.cfg.probeMin; c.ctx.Err() == nil; delay = min(delay*3/2, c.cfg.probeMax) {
-		if !sleep(c.ctx, delay) || e.s.status() == gone && e.s.lost.Load() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-		start, f, err := c.floorOf(ctx, e.s)
-		cancel()
-		if err == nil {
-			e.started.Store(start)
-			e.floor.Store(f)
-			return
-		}
-	}
 }
 
 // floorOf returns s's process start (see serverStart) and a CAS id it hands
