@@ -74,7 +74,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	// served there until it is taken; a losing server, its owner there,
 	// with its floor (see of).
 	ot, nt := &old.live.table, &new.live.table
-	var moved []gainRun // the slots that change server, with their new gain's index in lo's place (see below)
+	var moved []gainRun // the slots that change server, in runs, with the gain they go to
 	byServer := map[*server]uint32{}
 	byLoser := map[*server]int{}
 	var prevNs, prevOs *server // the last changed slot's: most slots change in long runs
@@ -90,11 +90,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 			k = lossOf(&losses, byLoser, os)
 			prevOs = os
 		}
-		if rs := losses[k].runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
-			rs[len(rs)-1].hi++
-		} else {
-			losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
-		}
+		losses[k].add(slot)
 		if ns != prevNs {
 			var ok bool
 			if ev, ok = byServer[ns]; !ok {
@@ -179,13 +175,17 @@ func lostAll(rt *routing) (losses []loss) {
 // addLost adds slot, which s lost, to losses (in slot order), whose index
 // of each server is byLoser.
 func addLost(losses []loss, byLoser map[*server]int, s *server, slot uint32) []loss {
-	k := lossOf(&losses, byLoser, s)
-	if rs := losses[k].runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
+	losses[lossOf(&losses, byLoser, s)].add(slot)
+	return losses
+}
+
+// add adds slot, the next in order, to l's runs.
+func (l *loss) add(slot uint32) {
+	if rs := l.runs; len(rs) > 0 && rs[len(rs)-1].hi+1 == slot {
 		rs[len(rs)-1].hi++
 	} else {
-		losses[k].runs = append(rs, lostRun{lo: slot, hi: slot})
+		l.runs = append(rs, lostRun{lo: slot, hi: slot})
 	}
-	return losses
 }
 
 // lossOf returns the index in losses of s's loss, added if it has none.
