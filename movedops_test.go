@@ -2,6 +2,7 @@ package selector
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -54,7 +55,7 @@ func TestOperationsOnAMovedKey(t *testing.T) {
 		{"Decrement", func(c *Client, k string) result {
 			n, err := c.Decrement(k, 1)
 			return result{val: fmt.Sprint(n), err: err}
-		}, result{val: "9"}, "9 "}, // memcached keeps the length of a decremented value
+		}, result{val: "9"}, "9"},
 		{"Append", func(c *Client, k string) result {
 			return result{err: c.Append(&memcache.Item{Key: k, Value: []byte("x")})}
 		}, result{}, "10x"},
@@ -88,7 +89,10 @@ func TestOperationsOnAMovedKey(t *testing.T) {
 						continue
 					}
 					require.NoError(t, err)
-					require.Equal(t, tc.after, string(it.Value))
+					// A decremented value may keep its length, padded with
+					// spaces, or not: protocol.txt says not to rely on either
+					// (memcached pads only an item no other thread holds).
+					require.Equal(t, tc.after, strings.TrimRight(string(it.Value), " "))
 				}
 			})
 		}
