@@ -815,3 +815,29 @@ func serverClock(t *testing.T, addr string) int64 {
 		require.NotEqual(t, "END\r\n", line, "stats without time")
 	}
 }
+
+// TestDeleteBegunBeforeAChange: a Delete that began by the routing before
+// a change, and is sent by the routing after it, deletes the key where it
+// was before the change first, before it deletes it at its new server:
+// else a handoff of the new routing, begun between the two, copies the
+// old value there after the delete (histcheck unseen-change on a loaded
+// machine: a Delete begun 0.1 ms before the change was published, then a
+// read of the value it deleted). The Delete is run here as DeleteContext
+// runs it, up to the send, with the routing it began by in hand.
+func TestDeleteBegunBeforeAChange(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms)[:1])
+	k := keysOf(t, listOf(t, addrsOf(ms)...), ms[1].addr, 1)[0]
+	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	before := c.rt.Load()
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the change", func() bool { return len(c.rt.Load().past) > 0 })
+
+	r := keyOp{ctx: context.Background(), kind: opDelete, key: k, seen: before}
+	s, err := c.do(c.hash(k), &r)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "nothing at the new server yet")
+	require.Equal(t, ms[1].addr, s.addr.str)
+	_, err = direct(ms[0].addr).Get(k)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the key is deleted where it was before the change, before its server")
+	require.True(t, r.deletedFirst)
+}

@@ -80,6 +80,11 @@ type keyOp struct {
 	lease *leaseRead     // for opLease: what the read found (see leaseRead)
 	only  *server        // if not nil, the one server it may run at (see storeLoaded)
 
+	// For a delete: the routing whose former servers of the key it has
+	// deleted it at (see Client.do), and whether it found it there.
+	seen         *routing
+	deletedFirst bool
+
 	got *memcache.Item // a read's item
 	n   uint64         // a counter's new value
 }
