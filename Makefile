@@ -1,12 +1,12 @@
-# make test   unit tests (with -race) and the e2e suite on a real control plane
+# make test   unit tests (with -race), the release test and the e2e suite on a real control plane
 # make demo   the demo on a local control plane
 # make bench  benchmarks and the routing-quality report (BENCHMARKS.md)
 
 GO ?= go
 
-.PHONY: test unit test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long histcheck-report
+.PHONY: test unit release-test test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long histcheck-report
 
-test: unit e2e
+test: unit release-test e2e
 
 # The unit tests check the proxy-tier paths (internal/proxybench) against
 # real memcached and nutcracker, and Ketama against live peers
@@ -36,6 +36,14 @@ unit: vet test-deps
 	SELECTOR_REQUIRE_PEERS=1 $(GO) test -count=1 -run 'Allocs$$' ./internal/meta/
 	for m in $(EXTRA_MODULES); do (cd $$m && SELECTOR_REQUIRE_PEERS=1 $(GO) test -race -count=1 ./...) || exit 1; done
 	cd examples && $(GO) build ./...
+
+# make release-test: the metric adapters installed as a user installs them
+# (scripts/release-test.sh): a release tagged in a temporary clone of the
+# work tree, served by a file-based module proxy, go got by a new module
+# with no replace directive, and a program run that uses both. About 15
+# seconds once the build cache holds the dependencies.
+release-test:
+	bash scripts/release-test.sh
 
 test-deps: SHELL := /bin/bash
 test-deps:
