@@ -24,8 +24,8 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 	}
 	hashes := make([]uint64, len(keys))
 	for i, k := range keys {
-		if !legalKey(k) {
-			return nil, memcache.ErrMalformedKey
+		if err := checkKey(k); err != nil {
+			return nil, err
 		}
 		hashes[i] = c.hash(k)
 	}

@@ -123,8 +123,8 @@ func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, loa
 		return nil, err
 	}
 	defer c.calls.leave()
-	if !legalKey(key) {
-		return nil, memcache.ErrMalformedKey
+	if err := checkKey(key); err != nil {
+		return nil, err
 	}
 	return c.loads.do(ctx, key, func() (*memcache.Item, error) {
 		if c.pool != nil {
@@ -410,8 +410,8 @@ func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error
 	if c.pool != nil {
 		return c.pool.invalidate(ctx, key)
 	}
-	if !legalKey(key) {
-		return memcache.ErrMalformedKey
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	// As DeleteContext, but for the request at key's server.
 	h := c.hash(key)

@@ -92,8 +92,8 @@ func (c *Client) outBecause(err error) {
 // cleanup (see afterWrite). It reports whether the cleanup deleted the key
 // somewhere.
 func (c *Client) write(r *keyOp) (bool, error) {
-	if !legalKey(r.key) {
-		return false, memcache.ErrMalformedKey
+	if err := checkKey(r.key); err != nil {
+		return false, err
 	}
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
@@ -158,8 +158,8 @@ func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration 
 }
 
 func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
-	if !legalKey(r.key) {
-		return nil, memcache.ErrMalformedKey
+	if err := checkKey(r.key); err != nil {
+		return nil, err
 	}
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
@@ -295,8 +295,8 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 	if c.pool != nil {
 		return c.pool.delete(key)
 	}
-	if !legalKey(key) {
-		return memcache.ErrMalformedKey
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	h := c.hash(key)
 	c.copies.written(key) // a copy that lands after the delete must not be served (see copies)
@@ -369,8 +369,8 @@ func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64)
 // is none; if it fails so and the key moved, it hands the key off and runs r
 // again. Then the cleanup, as for any write.
 func (c *Client) change(r *keyOp) error {
-	if !legalKey(r.key) {
-		return memcache.ErrMalformedKey
+	if err := checkKey(r.key); err != nil {
+		return err
 	}
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
@@ -381,18 +381,4 @@ func (c *Client) change(r *keyOp) error {
 	}
 	c.afterWrite(r.ctx, h, r.key, s, err)
 	return err
-}
-
-// legalKey reports whether memcached takes key, as gomemcache checks it:
-// at most 250 bytes, with no spaces or control characters.
-func legalKey(key string) bool {
-	if len(key) > 250 {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] <= ' ' || key[i] == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -272,8 +272,8 @@ func (pl *pooled) primaryFor(key string) *group {
 // then, the next group, as it would have had the server gone out a moment
 // earlier.
 func (pl *pooled) primary(key string, op func(c *Client) error, then func(c *Client) error) error {
-	if !legalKey(key) {
-		return memcache.ErrMalformedKey
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	var p *group
 	err := ErrNoServers

@@ -111,11 +111,23 @@ const classicFrom = 1<<20 - 512
 
 // runOp sends r to s. standIn says that s is not the key's home: the
 // expiration of what r writes there is capped (see Client.standInExp).
+// A value larger than s stores is not sent (see server.fits): the check
+// runs in call, after the first contact has read s's limit.
 func (c *Client) runOp(s *server, r *keyOp, standIn bool) error {
 	if r.kind.keepsOnRefusal() && len(r.item.Value) >= classicFrom {
-		return s.call(func(wire) error { return c.send(s.classic, r, standIn) })
+		return s.call(func(wire) error {
+			if err := s.fits(r); err != nil {
+				return err
+			}
+			return c.send(s.classic, r, standIn)
+		})
 	}
-	return s.call(func(w wire) error { return c.send(w, r, standIn) })
+	return s.call(func(w wire) error {
+		if err := s.fits(r); err != nil {
+			return err
+		}
+		return c.send(w, r, standIn)
+	})
 }
 
 func (c *Client) send(w wire, r *keyOp, standIn bool) (err error) {

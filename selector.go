@@ -76,8 +76,12 @@ var ErrNoServers = memcache.ErrNoServers
 
 // ErrNotInCluster is returned by NewServerList and NewClient, wrapped (test
 // it with errors.Is), when no API server was given with WithAPIServer and
-// the program does not run in a Kubernetes pod.
-var ErrNotInCluster = errors.New("not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset); use WithAPIServer to run outside a cluster")
+// the program does not run in a Kubernetes pod. Its text names both ways
+// out: a cluster reached from outside, and a fixed list of servers, which
+// is what a first try on a laptop wants.
+var ErrNotInCluster = errors.New("not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset): " +
+	"reach a cluster from outside with WithAPIServer (kubectl proxy), or, without Kubernetes, " +
+	"use a fixed list of servers: ServerList.SetServers, then NewClientFromList")
 
 var _ memcache.ServerSelector = (*ServerList)(nil)
 

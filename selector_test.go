@@ -298,6 +298,7 @@ func TestNewServerListBadInput(t *testing.T) {
 	_, err = NewServerList(t.Context(), "memcache:11211", o)
 	require.ErrorIs(t, err, ErrNotInCluster)
 	require.ErrorContains(t, err, "WithAPIServer")
+	require.ErrorContains(t, err, "without Kubernetes, use a fixed list of servers: ServerList.SetServers, then NewClientFromList", "the way without Kubernetes")
 
 	_, err = NewServerList(t.Context(), "memcache:11211", o, WithPointsPerServer(200000))
 	require.ErrorContains(t, err, "WithPointsPerServer(200000): want 1 to 100000")
@@ -309,8 +310,6 @@ func TestNewServerListBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "read API server CA")
 }
 
-// TestREADMEProgram keeps the README's program the same as
-// examples/readme/main.go, which `go vet ./...` compiles.
 // Every error the package returns says "selector: " once, at its start,
 // however many layers it went through.
 func TestErrorPrefixOnce(t *testing.T) {
@@ -355,6 +354,8 @@ func TestErrorPrefixOnce(t *testing.T) {
 	}
 }
 
+// TestREADMEProgram keeps the README's program the same as
+// examples/readme/main.go, which `go vet ./...` compiles.
 func TestREADMEProgram(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)

@@ -33,6 +33,7 @@ type server struct {
 	dial    func(ctx context.Context) (net.Conn, error) // a connection of its own, for a key listing (see Client.moveFrom)
 
 	proto     atomic.Int32  // a protocol: unknown until the first contact (see call)
+	itemMax   atomic.Int64  // its item_size_max, read at the first contact; 0 until then, or if it did not say (see fits)
 	state     atomic.Int32  // a serverState
 	timeouts  atomic.Int32  // consecutive timeouts
 	inflight  atomic.Int32  // requests running on it
@@ -152,10 +153,11 @@ func (s *server) wire() wire {
 		return s.classic
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	err := s.meta.contact(ctx)
+	itemMax, err := s.meta.contact(ctx)
 	cancel()
 	switch {
 	case err == nil:
+		s.itemMax.Store(int64(itemMax))
 		s.proto.CompareAndSwap(protoUnknown, protoMeta)
 	case errors.Is(err, meta.ErrUnknownCommand):
 		s.useClassic()

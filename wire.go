@@ -67,21 +67,25 @@ func newMetaWire(a *staticAddr, cc connConfig) metaWire {
 
 // contact is the first contact with the server (see server.wire): mn tells
 // whether it speaks the meta protocol. If it does, its stats settings tell
-// the largest item it stores (memcached's -I, up to 1 GiB), which becomes
-// the bound on the values read from it, unless WithMaxItemSize set one: so
-// that every value it stores is read, and no larger one is allocated for.
-// A server that does not say keeps memcached's default bound, 1 MiB; a
-// larger value fails its own request only (meta.ErrTooLarge).
-func (w metaWire) contact(ctx context.Context) error {
+// the largest item it stores (memcached's -I, up to 1 GiB), which contact
+// returns (0 if the server does not say), so that a larger value is not
+// sent (see server.fits), and which becomes the bound on the values read
+// from it, unless WithMaxItemSize set one: so that every value it stores is
+// read, and no larger one is allocated for. A server that does not say
+// keeps memcached's default bound, 1 MiB; a larger value fails its own
+// request only (meta.ErrTooLarge).
+func (w metaWire) contact(ctx context.Context) (itemMax int, err error) {
 	if err := w.Ping(ctx); err != nil {
-		return err
+		return 0, err
+	}
+	n, err := w.p.ItemSizeMax(ctx)
+	if err != nil {
+		return 0, nil // it does not say: values are sent, and its answer stands
 	}
 	if w.p.Options().MaxValueSize == 0 { // WithMaxItemSize did not set it
-		if n, err := w.p.ItemSizeMax(ctx); err == nil {
-			w.p.SetMaxValueSize(n)
-		}
+		w.p.SetMaxValueSize(n)
 	}
-	return nil
+	return n, nil
 }
 
 var (
@@ -214,8 +218,8 @@ var storeModes = map[opKind]struct {
 }
 
 func (w metaWire) Store(ctx context.Context, kind opKind, it *memcache.Item) error {
-	if !legalKey(it.Key) {
-		return memcache.ErrMalformedKey
+	if err := checkKey(it.Key); err != nil {
+		return err
 	}
 	m := storeModes[kind]
 	o := meta.SetOptions{TTL: it.Expiration, ClientFlags: it.Flags, Mode: m.mode}

@@ -2,6 +2,7 @@ package selectorotel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -143,7 +144,7 @@ func TestThroughClient(t *testing.T) {
 	if _, err := c.Get("absent"); err != memcache.ErrCacheMiss {
 		t.Fatalf("Get(absent): %v", err)
 	}
-	if _, err := c.Get("a bad key"); err != memcache.ErrMalformedKey {
+	if _, err := c.Get("a bad key"); !errors.Is(err, memcache.ErrMalformedKey) {
 		t.Fatalf("Get(a bad key): %v", err)
 	}
 	took := time.Since(start)
