@@ -19,12 +19,15 @@ func members(ids ...string) []member {
 	return ms
 }
 
-func podMembers(n int) []member {
+func podMembers(n int) []member { return members(podIDs(n)...) }
+
+// podIDs returns the ids memcache-0:11211 to memcache-<n-1>:11211.
+func podIDs(n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("memcache-%d:11211", i)
 	}
-	return members(ids...)
+	return ids
 }
 
 // ownerID returns the id of the member owning key.
@@ -161,6 +164,18 @@ func TestRingGolden(t *testing.T) {
 				"session:7f3a9c": "memcache-3:11211",
 			},
 			fingerprint: 0xcb62ee26d65333b6,
+		},
+		{
+			name:   "300 pods at 500 points: the bucketed build",
+			ids:    podIDs(300),
+			points: 500,
+			keys: map[string]string{
+				"a":              "memcache-59:11211",
+				"foo":            "memcache-33:11211",
+				"user:42":        "memcache-224:11211",
+				"session:7f3a9c": "memcache-9:11211",
+			},
+			fingerprint: 0x7be776b0d51accc,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,15 +337,17 @@ func TestRingCandidates(t *testing.T) {
 }
 
 // The two builds, sorted points and bucketed build states, give the same
-// table, on each side of sortedBuildMax.
+// table, on each side of sortedBuildMax, with the points bucketed at once
+// and in chunks (of many members, of one, and of fewer points than one
+// member has), which go through the array of every slot's build state.
 func TestRingBuildsAgree(t *testing.T) {
-	for _, tc := range []struct{ n, points int }{{1, 10}, {2, 1}, {3, 2500}, {10, 2500}, {17, 100}, {40, 2500}, {100, 3000}, {256, 7}, {300, 500}} {
-		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.points), func(t *testing.T) {
-			ms := canonical(podMembers(tc.n))
-			b := make([]slotBuild, 1<<slotBits)
-			addPoints(b, ms, tc.points)
-			require.Equal(t, sortedTable(ms, tc.points), fillTable(b, len(ms)))
-		})
+	for _, tc := range []struct{ n, points int }{{1, 10}, {2, 1}, {3, 2500}, {10, 2500}, {17, 100}, {40, 2500}, {100, 3000}, {256, 7}, {300, 500}, {4097, 3}} {
+		for _, chunk := range []int{buildChunk, 1 << 16, tc.points, 1} {
+			t.Run(fmt.Sprintf("%dx%d/chunk=%d", tc.n, tc.points, chunk), func(t *testing.T) {
+				ms := canonical(podMembers(tc.n))
+				require.Equal(t, sortedTable(ms, tc.points), bucketTable(ms, tc.points, chunk))
+			})
+		}
 	}
 }
 
