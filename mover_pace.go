@@ -17,6 +17,7 @@ type pace struct {
 	mu    sync.Mutex
 	next  time.Time                 // when the next batch may go, by the caps
 	delay time.Duration             // the wait between batches that yielding adds
+	most  time.Duration             // the longest such wait
 	base  map[*server]time.Duration // a no-op's time at each server before the moves
 }
 
@@ -27,8 +28,15 @@ const (
 	yieldProbe = 5                      // no-ops timed for a server's base
 )
 
-func newPace(m Moves) *pace {
-	return &pace{Moves: m, next: time.Now(), base: map[*server]time.Duration{}}
+// newPace returns the pace of moves from a server, which left the ring if
+// draining: its keys are lost when it stops, so yielding waits yieldMin at
+// most there (see Moves).
+func newPace(m Moves, draining bool) *pace {
+	most := yieldMax
+	if draining {
+		most = yieldMin
+	}
+	return &pace{Moves: m, next: time.Now(), base: map[*server]time.Duration{}, most: most}
 }
 
 // wait waits until the next batch may go, or ctx ends; it reports false
@@ -107,7 +115,7 @@ func (pc *pace) probe(ctx context.Context, ss []*server) {
 	defer pc.mu.Unlock()
 	switch {
 	case slow:
-		pc.delay = min(max(2*pc.delay, yieldMin), yieldMax)
+		pc.delay = min(max(2*pc.delay, yieldMin), pc.most)
 	case pc.delay < yieldMin/4:
 		pc.delay = 0
 	default:

@@ -419,40 +419,48 @@ func TestPaceCaps(t *testing.T) {
 		{"the slower of both", Moves{Rate: 1000, Bandwidth: 1 << 20}, 10, 1 << 19, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pc := newPace(tc.moves)
+			pc := newPace(tc.moves, false)
 			start := time.Now()
 			pc.sent(tc.keys, tc.bytes)
 			require.InDelta(t, float64(tc.want), float64(pc.next.Sub(start)), float64(20*time.Millisecond))
 		})
 	}
-	require.Equal(t, moveBatchSize, newPace(Moves{}).batchSize())
-	require.Equal(t, 20, newPace(Moves{Rate: 1000}).batchSize(), "50 batches a second")
+	require.Equal(t, moveBatchSize, newPace(Moves{}, false).batchSize())
+	require.Equal(t, 20, newPace(Moves{Rate: 1000}, false).batchSize(), "50 batches a second")
 }
 
 // TestPaceYields: a server whose no-op takes longer than before the moves
 // makes the mover wait between batches, twice as long each time; once it
-// answers as before, the wait shrinks to none. NoYield never waits.
+// answers as before, the wait shrinks to none. NoYield never waits; moves
+// from a server that left (draining) wait yieldMin at most.
 func TestPaceYields(t *testing.T) {
 	ms := startMemcached(t, 1)
 	c, _ := newTestClient(t, addrsOf(ms), WithTimeout(100*time.Millisecond))
 	require.NoError(t, c.Ping())
 	s := c.servers[ms[0].addr]
 	ctx := context.Background()
-	for _, noYield := range []bool{false, true} {
-		pc := newPace(Moves{NoYield: noYield})
+	for _, tc := range []struct {
+		name              string
+		noYield, draining bool
+		second            time.Duration // the wait after two slow probes
+	}{
+		{"yields", false, false, 2 * yieldMin},
+		{"no yield", true, false, 0},
+		{"draining", false, true, yieldMin},
+	} {
+		pc := newPace(Moves{NoYield: tc.noYield}, tc.draining)
 		pc.probe(ctx, []*server{s}) // the base
-		require.Zero(t, pc.delay)
+		require.Zero(t, pc.delay, tc.name)
 		ms[0].signal(syscall.SIGSTOP)
 		pc.probe(ctx, []*server{s})
 		first := pc.delay
 		pc.probe(ctx, []*server{s})
 		ms[0].signal(syscall.SIGCONT)
-		if noYield {
-			require.Zero(t, pc.delay)
+		require.Equal(t, tc.second, pc.delay, tc.name)
+		if tc.noYield {
 			continue
 		}
-		require.Equal(t, yieldMin, first)
-		require.Equal(t, 2*yieldMin, pc.delay)
+		require.Equal(t, yieldMin, first, tc.name)
 		require.Eventually(t, func() bool { pc.probe(ctx, []*server{s}); return pc.delay == 0 }, 10*time.Second, time.Millisecond)
 	}
 }
