@@ -300,9 +300,13 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 	}
 	h := c.hash(key)
 	c.copies.written(key) // a copy that lands after the delete must not be served (see copies)
-	c.entombAt(ctx, h, key)
 	r := keyOp{ctx: ctx, kind: opDelete, key: key}
-	s, err := c.do(h, &r) // deletes where key was first (see deleteFirst)
+	// Where key was first, then the tombstone: a copy that finds the
+	// tombstone deletes the value at its source, and the delete there
+	// would not find it, nor tell the caller that key was found.
+	c.deleteFirst(c.rt.Load(), h, &r)
+	c.entombAt(ctx, h, key)
+	s, err := c.do(h, &r) // again, for a routing published meanwhile
 	deleted := r.deletedFirst
 	if c.afterWrite(ctx, h, key, s, err) { // s may be nil: the key's server must forget it even so
 		deleted = true
