@@ -247,6 +247,7 @@ func TestCopyNeverLandsAfterADelete(t *testing.T) {
 	ss := new(ServerList)
 	require.NoError(t, ss.SetServers(from))
 	a, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithTimeout(2*time.Second),
+		WithMoves(Moves{Rate: -1}), // no mover: its reads of the source would count as the copy's
 		WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
