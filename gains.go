@@ -42,20 +42,6 @@ type gain struct {
 	s       *server
 	floor   atomic.Uint64 // math.MaxUint64 until known
 	started atomic.Int64  // the process start the floor was taken in (see serverStart)
-	mu      sync.Mutex    // guards the floor's move from pending to known
-}
-
-// set sets f, taken in the process that started at start, as e's floor,
-// unless one is set already. The first taker's floor stands: every taker
-// writes only after its own attempt to set, so after the floor that was
-// set was handed out, and above it (see Client.awaitFloors).
-func (e *gain) set(start int64, f uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.floor.Load() == math.MaxUint64 {
-		e.started.Store(start)
-		e.floor.Store(f)
-	}
 }
 
 // gainRun is a run of slots, lo to hi, and the gain they had in a past
@@ -336,14 +322,9 @@ func (g *gains) restarted(s *server, start int64) {
 // takeFloors learns the floor of each gain: a CAS id its server hands out
 // now, before the routing that gains are of is published, so that every
 // value this Client writes there afterwards is above it. The servers are
-// asked at once, each within twice the Client's timeout. A gain whose
-// server does not answer in time keeps its floor pending, taken in the
-// background (see retakeFloor) or by the first write or copy there (see
-// awaitFloors), whichever comes first: meanwhile none of its slots' values
-// there is served, as one may predate the time the slots were elsewhere
-// (histcheck unseen-change on a loaded machine: a gain left without a floor
-// served such values, 168 stale reads in a long run). It observes no
-// failure: its caller, refresh, is what a failure asks for.
+// asked at once, each within twice the Client's timeout; a gain whose
+// server does not answer in time has no floor. It observes no failure: its
+// caller, refresh, is what a failure asks for.
 func (c *Client) takeFloors(gs []*gain) {
 	if len(gs) == 0 || c.closed.Load() {
 		return
@@ -353,38 +334,21 @@ func (c *Client) takeFloors(gs []*gain) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
 			defer cancel()
-			if c.takeGainFloor(ctx, e) != nil && !c.closed.Load() {
-				c.wg.Go(func() { c.retakeFloor(e) })
+			start, f, err := c.floorOf(ctx, e.s)
+			if err != nil {
+				// A floor taken later would be above the values written
+				// and copied there since the change, which the gate would
+				// then delete, the mover's copies too (with such a floor
+				// taken in the background, e2e TestDemo's rolling restart
+				// found 86% of its keys, on a loaded machine). This gain
+				// goes without one (see docs/consistency.md).
+				f = 0
 			}
+			e.started.Store(start)
+			e.floor.Store(f)
 		})
 	}
 	wg.Wait()
-}
-
-// takeGainFloor takes e's floor (see gain.set).
-func (c *Client) takeGainFloor(ctx context.Context, e *gain) error {
-	start, f, err := c.floorOf(ctx, e.s)
-	if err == nil {
-		e.set(start, f)
-	}
-	return err
-}
-
-// retakeFloor takes e's floor once its server answers, trying again after
-// growing delays, until it is taken (here or by a write), the Client
-// closes or the server is lost.
-func (c *Client) retakeFloor(e *gain) {
-	for delay := c.cfg.probeMin; ; delay = min(delay*3/2, c.cfg.probeMax) {
-		if !sleep(c.ctx, delay) || e.floor.Load() != math.MaxUint64 || e.s.status() == gone && e.s.lost.Load() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-		err := c.takeGainFloor(ctx, e)
-		cancel()
-		if err == nil {
-			return
-		}
-	}
 }
 
 // floorOf returns s's process start (see serverStart) and a CAS id it hands

@@ -176,35 +176,6 @@ func (c *Client) floorNow(s *server) {
 	})
 }
 
-// awaitFloors takes, before a write or copy of the key of hash h to s,
-// the floors that the value must be above and that are still pending: s's
-// own (see floorNow) and s's gain of h's slot (see takeFloors). Written
-// first, the value would be below a floor taken in the background after it,
-// and read as one from before (so the mover's copies to a new pod whose
-// floor was taken late were lost: e2e TestDemo found 86% of its keys).
-func (c *Client) awaitFloors(ctx context.Context, s *server, h uint64) error {
-	if err := c.awaitFloor(ctx, s); err != nil {
-		return err
-	}
-	if e := c.gains.of(s, h, c.rt.Load().past); e != nil && e.floor.Load() == math.MaxUint64 {
-		return c.takeGainFloor(ctx, e)
-	}
-	return nil
-}
-
-// awaitFloorsBounded is awaitFloors for a copy, which runs on the Client's
-// context: within twice the timeout, as takeFloors gives a floor.
-func (c *Client) awaitFloorsBounded(s *server, h uint64) error {
-	if s.floor.Load() != math.MaxUint64 {
-		if e := c.gains.of(s, h, c.rt.Load().past); e == nil || e.floor.Load() != math.MaxUint64 {
-			return nil // none pending: no context to make (a batch asks for each key)
-		}
-	}
-	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-	defer cancel()
-	return c.awaitFloors(ctx, s, h)
-}
-
 // awaitFloor takes s's floor now if it is pending (see floorNow), before a
 // write to s: written first, the value would be below the floor taken in
 // the background after it, and deleted as one from before.

@@ -236,10 +236,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 		c.reportHandoff(p, s, cause, HandoffFailed)
 		return c.unlessOvertaken(st, it), false
 	}
-	err := c.awaitFloorsBounded(s, c.hash(it.Key))
-	if err == nil {
-		err = reserve()
-	}
+	err := reserve()
 	if err == nil && present != nil && cause == HandoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
 		// An old value of s's, from before it gained the key's slot,
 		// which servable deleted (a read at s would have): reserve again.

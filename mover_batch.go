@@ -241,17 +241,6 @@ func (mc *moveConns) close() {
 	}
 }
 
-// awaitBatchFloors takes the floors pending at s for the keys idx of b
-// (see awaitFloors): each gain once, as most keys share a few.
-func (c *Client) awaitBatchFloors(b *moveBatchState, s *server, idx []int) error {
-	for _, i := range idx {
-		if err := c.awaitFloorsBounded(s, b.ms[i].h); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // reserveBatch reserves the keys idx of b at s (step 1).
 func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 	o := getItem
@@ -260,11 +249,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 	for j, i := range idx {
 		reqs[j] = meta.Request{Kind: meta.KindGet, Key: b.ms[i].key, Get: o}
 	}
-	err := c.awaitBatchFloors(b, s, idx)
-	if err == nil {
-		err = b.mc.pipeline(c.ctx, s, reqs)
-	}
-	if err != nil {
+	if err := b.mc.pipeline(c.ctx, s, reqs); err != nil {
 		for _, i := range idx {
 			c.reportHandoff(b.p, s, HandoffMove, HandoffFailed)
 			b.decide(&b.ms[i], moveFailed, false)

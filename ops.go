@@ -41,8 +41,8 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			continue
 		}
 		err = nil
-		if r.kind.stores() { // not below a floor being taken (see awaitFloors)
-			err = c.awaitFloors(r.ctx, s, h)
+		if r.kind.stores() { // not below a floor being taken (see awaitFloor)
+			err = c.awaitFloor(r.ctx, s)
 		}
 		if err == nil {
 			err = c.clean(r.ctx, s, r.key, r.kind.inPlace())

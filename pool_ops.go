@@ -113,10 +113,7 @@ func (c *Client) reserveCopy(it *memcache.Item) copyHold {
 	}
 	var stub uint64
 	var reserved bool
-	err := c.awaitFloorsBounded(s, h)
-	if err == nil {
-		err = s.call(func(w wire) (err error) { _, stub, reserved, err = w.Reserve(c.ctx, it.Key, c.reserveTTL()); return })
-	}
+	err := s.call(func(w wire) (err error) { _, stub, reserved, err = w.Reserve(c.ctx, it.Key, c.reserveTTL()); return })
 	switch {
 	case errors.Is(err, errNoReserve):
 		cp := c.copyOf(s, it)
