@@ -12,15 +12,8 @@
 # repository the adapters build and test against the root in the work tree.
 set -euo pipefail
 
-usage() { echo "usage: $0 vX.Y.Z" >&2; exit 2; }
 die() { echo "release: $*" >&2; exit 1; }
-[ $# -eq 1 ] || usage
-version=$1
-[[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
-	die "$version is not a release version (vX.Y.Z or vX.Y.Z-pre)"
-
-cd "$(dirname "$0")/.."
-root=$(go list -m)
+source "$(dirname "$0")/version.sh"
 [ -z "$(git tag --list "$version")" ] || die "tag $version exists"
 
 # The go line: Go's major and minor version (1.25 of "go 1.25.0").

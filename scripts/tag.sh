@@ -7,15 +7,8 @@
 # it prints the push, which sends all the tags at once.
 set -euo pipefail
 
-usage() { echo "usage: $0 vX.Y.Z" >&2; exit 2; }
 die() { echo "tag: $*" >&2; exit 1; }
-[ $# -eq 1 ] || usage
-version=$1
-[[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
-	die "$version is not a release version (vX.Y.Z or vX.Y.Z-pre)"
-
-cd "$(dirname "$0")/.."
-root=$(go list -m)
+source "$(dirname "$0")/version.sh"
 [ -z "$(git status --porcelain)" ] || die "the work tree has changes: commit them first"
 
 tags=("$version")

@@ -247,26 +247,30 @@ func switchPhases(t *testing.T, c *Conn, rounds, goroutines, each int, failed bo
 	return int(peak.Load())
 }
 
-func TestPathsSwitchReal(t *testing.T) {
-	checkGoroutines(t)
-	m := startMemcached(t)
-	c := m.conn(t, Options{Timeout: 5 * time.Second})
-	peak := switchPhases(t, c, 4, 32, 40, false)
-	require.Greater(t, peak, 1, "requests were pipelined")
-	require.NoError(t, c.Noop(context.Background()))
-	require.Zero(t, c.Outstanding(), "every request answered once")
-}
-
-// The same against a scripted server that answers in bursts, after
-// pauses: the callers of a burst get their replies from its reader.
-func TestPathsSwitchScripted(t *testing.T) {
-	checkGoroutines(t)
-	s := startFake(t, echoServer{batch: 8, pause: 200 * time.Microsecond}.serve)
-	c := s.conn(t, Options{Timeout: 5 * time.Second})
-	peak := switchPhases(t, c, 4, 16, 30, false)
-	require.Greater(t, peak, 1, "requests were pipelined")
-	require.NoError(t, c.Noop(context.Background()))
-	require.Zero(t, c.Outstanding(), "every request answered once")
+// TestPathsSwitch runs switchPhases against real memcached, and against a
+// scripted server that answers in bursts after pauses (the callers of a
+// burst get their replies from its reader).
+func TestPathsSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		conn                   func(t *testing.T) *Conn
+		goroutines, perRequest int
+	}{
+		{"real", func(t *testing.T) *Conn { return startMemcached(t).conn(t, Options{Timeout: 5 * time.Second}) }, 32, 40},
+		{"scripted", func(t *testing.T) *Conn {
+			s := startFake(t, echoServer{batch: 8, pause: 200 * time.Microsecond}.serve)
+			return s.conn(t, Options{Timeout: 5 * time.Second})
+		}, 16, 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkGoroutines(t)
+			c := tc.conn(t)
+			peak := switchPhases(t, c, 4, tc.goroutines, tc.perRequest, false)
+			require.Greater(t, peak, 1, "requests were pipelined")
+			require.NoError(t, c.Noop(context.Background()))
+			require.Zero(t, c.Outstanding(), "every request answered once")
+		})
+	}
 }
 
 // A stale reply (the previous request's again), in a lone phase or in a
