@@ -358,6 +358,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	// refresh.
 	c.mu.Unlock()
 	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
+	losses = withOwed(losses, gained)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}

@@ -341,8 +341,12 @@ func (c *Client) takeFloors(gs []*gain) {
 				// then delete, the mover's copies too (with such a floor
 				// taken in the background, e2e TestDemo's rolling restart
 				// found 86% of its keys, on a loaded machine). This gain
-				// goes without one (see docs/consistency.md).
-				f = 0
+				// takes the highest floor known of the server's record of
+				// lost slots instead: below every value written since the
+				// gain, above every value of a slot from before its last
+				// loss there that this Client knows of (see
+				// docs/consistency.md).
+				start, f = e.s.losses.lastFloor()
 			}
 			e.started.Store(start)
 			e.floor.Store(f)

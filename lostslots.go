@@ -45,12 +45,14 @@ type loss struct {
 // noteLosses writes each loss at its server, with a floor taken there now:
 // before the routing of the change is published, and again (see
 // noteLossesAgain). The servers are written at once, each within twice
-// the Client's timeout; a server out or lost is not written (it is not
-// read either). A write that fails before the change is routed by is done
-// again by the second pass; the second pass tries up to lossTries times,
-// a moment apart, and logs a server that never took its record: a Client
-// started after its keys move back may then read its older values of them
-// (see docs/consistency.md).
+// the Client's timeout, with the slots the server owes from earlier losses
+// (see serverLosses). A write that fails before the change is routed by is
+// done again by the second pass; the second pass tries up to lossTries
+// times, a moment apart. A server it cannot write (one out for this
+// Client is not tried) owes the slots until it is next reachable: its
+// recovery, or a change that routes slots to it, writes them (see
+// writeOwed). A server lost (gone and unreachable) is not written: it is
+// not read either.
 func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	if ctx.Err() != nil || !c.routesByRing() {
 		return
@@ -58,12 +60,22 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	done := make(chan struct{}, len(ls))
 	n := 0
 	for _, l := range ls {
-		if st := l.s.status(); st == down || st == gone && l.s.lost.Load() {
+		if st := l.s.status(); st == gone && l.s.lost.Load() {
+			continue
+		} else if st == down {
+			if again {
+				l.s.losses.owe(l.runs)
+			}
 			continue
 		}
 		n++
 		go func() {
 			defer func() { done <- struct{}{} }()
+			owed := l.s.losses.takeOwed()
+			l.runs = unionLost(l.runs, owed)
+			if len(l.runs) == 0 {
+				return // a server that owed slots (see withOwed), written since
+			}
 			tries := 1
 			if again {
 				tries = lossTries
@@ -71,17 +83,22 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 			var err error
 			for try := 0; try < tries && ctx.Err() == nil; try++ {
 				if try > 0 && !sleep(ctx, rand.N(2*c.cfg.conn.timeout)) {
-					return
+					break
 				}
 				tctx, cancel := context.WithTimeout(ctx, 2*c.cfg.conn.timeout)
-				err = c.noteLoss(tctx, l, again)
+				err = c.noteLoss(tctx, l, again || len(owed) > 0)
 				cancel()
 				if err == nil {
 					return
 				}
 			}
-			if again && ctx.Err() == nil {
-				c.log.Warn("cannot record the slots a server lost; a client started after they move back may read its older values of them",
+			if !again {
+				l.s.losses.owe(owed) // the second pass writes the change's own
+				return
+			}
+			l.s.losses.owe(l.runs)
+			if ctx.Err() == nil {
+				c.log.Warn("cannot record the slots a server lost; written when it next answers, until then a client started after they move back may read its older values of them",
 					keyServer, l.s.addr.str, keyError, err)
 			}
 		}()
@@ -89,6 +106,35 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	for range n {
 		<-done
 	}
+}
+
+// withOwed adds to a change's losses the gaining servers that owe slots to
+// their records (see serverLosses), so that noteLosses writes them before
+// the change routes slots to them: a Client started after that would
+// serve their older values of slots they own again.
+func withOwed(ls []loss, gained []*gain) []loss {
+	for _, e := range gained {
+		if e.s.losses.owes() && !slices.ContainsFunc(ls, func(l loss) bool { return l.s == e.s }) {
+			ls = append(ls, loss{s: e.s})
+		}
+	}
+	return ls
+}
+
+// writeOwed writes the slots s owes its record (see serverLosses), if any,
+// within ctx, and reports whether it owes none now.
+func (c *Client) writeOwed(ctx context.Context, s *server) bool {
+	if !s.losses.owes() || !c.routesByRing() {
+		return true
+	}
+	owed := s.losses.takeOwed()
+	if err := c.noteLoss(ctx, loss{s: s, runs: owed}, true); err != nil {
+		s.losses.owe(owed)
+		c.log.Warn("cannot record the slots a server lost while it was out; a client started after they move back may read its older values of them",
+			keyServer, s.addr.str, keyError, err)
+		return false
+	}
+	return true
 }
 
 // lossTries is how many times the second pass tries a server's record.
@@ -198,7 +244,8 @@ func (p *pendingLosses) takeAll() map[int][]loss {
 // when every pod of an application sees a change at once.
 func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
 	var start int64
-	var runs []lostRun // l's, with this client's floor: taken once a write is due
+	var floor uint64   // this client's, taken once a write is due
+	var runs []lostRun // l's, with that floor
 	for attempt := 0; ; attempt++ {
 		var got *memcache.Item
 		err := l.s.call(func(w wire) (err error) { got, err = w.Get(ctx, lostKey); return })
@@ -212,17 +259,19 @@ func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
 			old, err = decodeLost(got.Value)
 			decoded = err == nil
 		}
+		if decoded {
+			l.s.losses.noteFloor(old.start, highest(old.runs))
+		}
 		if !again && decoded && covers(old.runs, l.runs) {
 			return nil
 		}
 		if runs == nil {
-			var f uint64
-			if start, f, err = c.floorOf(ctx, l.s); err != nil {
+			if start, floor, err = c.floorOf(ctx, l.s); err != nil {
 				return err
 			}
 			runs = slices.Clone(l.runs)
 			for i := range runs {
-				runs[i].floor = f
+				runs[i].floor = floor
 			}
 		}
 		rec := lostRecord{start: start}
@@ -240,6 +289,10 @@ func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
 			kind, it.CasID = opCAS, got.CasID
 		}
 		err = l.s.call(func(w wire) error { return w.Store(ctx, kind, it) })
+		if err == nil {
+			l.s.losses.noteFloor(start, floor)
+			return nil
+		}
 		if !errors.Is(err, memcache.ErrNotStored) && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) {
 			return err
 		}
@@ -327,6 +380,7 @@ func (c *Client) learnLosses(s *server) {
 	}
 	// Under refreshing, so that no change is recorded meanwhile from a
 	// routing this does not see (see gains.learn).
+	s.losses.noteFloor(rec.start, highest(rec.runs))
 	c.refreshing.Lock()
 	c.gains.learn(s, c.rt.Load(), rec)
 	c.refreshing.Unlock()

@@ -67,6 +67,15 @@ func (c *Client) recover(s *server) bool {
 		c.inval.clearOverflow(s)
 	}
 
+	if restarted {
+		s.losses.takeOwed() // its values went with its process
+	} else {
+		// The slots it lost while out for this Client are recorded
+		// before this Client uses it again (see serverLosses); one that
+		// takes no record is used all the same, with a warning.
+		c.writeOwed(ctx, s)
+	}
+
 	// Up, and routed to, in one step for Stats (which waits for a
 	// refresh under way): a server reported back is one requests go to.
 	c.refreshing.Lock()

@@ -49,7 +49,8 @@ type server struct {
 	floorMu  sync.Mutex // guards floorGen, and the floor's move from pending to known
 	floorGen uint64     // the floors asked for (see askFloor)
 
-	lossesKnown atomic.Bool // its record of the slots it lost was read (see Client.lossesKnown)
+	lossesKnown atomic.Bool  // its record of the slots it lost was read (see Client.lossesKnown)
+	losses      serverLosses // the slots that record owes, and its highest floor known
 
 	// Guarded by Client.mu.
 	left     time.Time     // when it left the ring; zero while a member

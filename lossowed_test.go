@@ -1,0 +1,148 @@
+package selector
+
+import (
+	"fmt"
+	"log/slog"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// movedBackWorld is three memcached, a Client that sees its keys leave the
+// third and come back (moves off, so that nothing but the floors keeps the
+// third's old values from being served), and the keys.
+type movedBackWorld struct {
+	ms   []*memcached
+	c    *Client
+	ss   *ServerList
+	keys []string
+}
+
+func newMovedBackWorld(t *testing.T, members []int, opt ...ClientOption) *movedBackWorld {
+	w := &movedBackWorld{ms: startMemcached(t, 3)}
+	opt = append([]ClientOption{WithHandoff(Handoff{Window: 100 * time.Millisecond}), WithMoves(Moves{Rate: -1})}, opt...)
+	w.c, w.ss = newTestClient(t, w.addrs(members), opt...)
+	for i := range 300 {
+		w.keys = append(w.keys, fmt.Sprint("b", i))
+		require.NoError(t, w.c.Set(&memcache.Item{Key: w.keys[i], Value: []byte("old")}))
+	}
+	return w
+}
+
+func (w *movedBackWorld) addrs(members []int) (a []string) {
+	for _, i := range members {
+		a = append(a, w.ms[i].addr)
+	}
+	return a
+}
+
+// change gives the ServerList the servers numbered members, and waits for
+// the Client to route by them.
+func (w *movedBackWorld) change(t *testing.T, members ...int) {
+	require.NoError(t, w.ss.SetServers(w.addrs(members)...))
+	eventually(t, fmt.Sprint("the client to route by servers ", members), func() bool { return w.c.rt.Load().base == w.ss.ring.Load() })
+}
+
+// rewrite writes every key again, where it lives now, past the handoff
+// window: the third server keeps the old values of the keys it lost.
+func (w *movedBackWorld) rewrite(t *testing.T) {
+	time.Sleep(200 * time.Millisecond)
+	for _, k := range w.keys {
+		require.NoError(t, w.c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+	}
+}
+
+// old counts the old values c serves, and the keys it finds.
+func (w *movedBackWorld) old(c *Client) (old, hits int) {
+	for _, k := range w.keys {
+		if it, err := c.Get(k); err == nil {
+			hits++
+			if string(it.Value) == "old" {
+				old++
+			}
+		}
+	}
+	return old, hits
+}
+
+// TestGainWithoutAnAnswer: a server that gains slots back does not answer
+// for their floor when the change comes (its requests time out; the same
+// as a server, or a client, starved of CPU). The gain takes the floor of
+// the server's record of the slots it lost instead: none of its values
+// from before the keys left is served when it answers again (with no
+// floor, every key it lost and regained was).
+func TestGainWithoutAnAnswer(t *testing.T) {
+	var f faults
+	w := newMovedBackWorld(t, []int{0, 2}, f.option())
+	w.change(t, 0, 1, 2) // the third server loses slots to the second
+	w.rewrite(t)
+	f.set(w.ms[2].addr, true, 0)
+	w.change(t, 0, 2) // and gains them back, without a floor taken
+	f.set(w.ms[2].addr, false, 0)
+	require.Equal(t, "up", stateOf(w.c, w.ms[2].addr).State)
+	old, hits := w.old(w.c)
+	require.Zero(t, old, "values from before the keys left, served after they came back")
+	t.Logf("%d of %d keys found", hits, len(w.keys))
+}
+
+// TestLossesOwedWhileOut: a server is out for the Client when it loses
+// slots (hung), so that its record of them cannot be written then. It
+// owes them, and they are written when it is next reachable, before the
+// Client routes to it again: a Client started after the keys move back
+// serves none of its older values (without it, all of its third).
+func TestLossesOwedWhileOut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		until func(w *movedBackWorld) // until the hung server answers again
+	}{
+		// It returns before the keys come back: its recovery writes them.
+		{"back before the move back", func(w *movedBackWorld) {}},
+		// It is hung until the keys come back: the change that routes
+		// them to it, or its recovery, writes them.
+		{"back with the move back", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newMovedBackWorld(t, []int{0, 1, 2})
+			hangUntilOut(t, w.c, w.ms[2], w.keyOf(t, 2))
+			w.change(t, 0, 1)
+			eventually(t, "the record owed", func() bool { return serverOf(w.c, w.ms[2].addr).losses.owes() })
+			if tc.until != nil {
+				w.ms[2].signal(syscall.SIGCONT)
+			}
+			w.rewrite(t)
+			w.change(t, 0, 1, 2)
+			if tc.until == nil {
+				w.ms[2].signal(syscall.SIGCONT)
+			}
+			eventually(t, "the third server up", func() bool {
+				w.c.Get(w.keys[0])
+				return stateOf(w.c, w.ms[2].addr).State == "up"
+			})
+			require.False(t, serverOf(w.c, w.ms[2].addr).losses.owes())
+
+			fresh, err := NewClientFromList(w.ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}))
+			require.NoError(t, err)
+			defer fresh.Close()
+			old, hits := w.old(fresh)
+			require.Zero(t, old, "values from before the keys left, served by a client started after they came back")
+			t.Logf("the new client found %d of %d keys", hits, len(w.keys))
+			old, _ = w.old(w.c)
+			require.Zero(t, old, "values from before the keys left, served by the client that saw them leave")
+		})
+	}
+}
+
+// keyOf returns a key that the i-th server owns.
+func (w *movedBackWorld) keyOf(t *testing.T, i int) string {
+	rt := w.c.rt.Load()
+	for _, k := range w.keys {
+		if rt.owner(w.c.hash(k)).addr.str == w.ms[i].addr {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s", w.ms[i].addr)
+	return ""
+}
