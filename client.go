@@ -88,8 +88,7 @@ func NewClient(ctx context.Context, addr string, opt ...ClientOption) (*Client, 
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
-	t, _ := parseTarget(addr, o.getenv, o.saDir) // parsed above
-	c := newClientOf(ss, true, o.client, newLog(o.log, t), nil)
+	c := newClientOf(ss, true, o.client, discoveryLog(o, addr), nil)
 	discover := func(addr string) (*ServerList, error) { return startDiscovery(ctx, addr, o) }
 	if err := c.withPool(addr, discover); err != nil {
 		c.Close()

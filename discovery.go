@@ -13,9 +13,16 @@ import (
 // This file is discovery's side of the ServerList: starting the watch of a
 // Service, and publishing what it finds.
 
-// startDiscovery starts the watch of the Service named by addr with o, and
-// returns its ServerList once the first list is published.
+// startDiscovery starts the watch of the Service named by addr with o, or
+// for a DNS address its lookups (see startDNS), and returns its ServerList
+// once the first list is published.
 func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, error) {
+	if isDNSAddress(addr) {
+		return startDNS(ctx, addr, o)
+	}
+	if err := checkDNSOptions(o, false); err != nil {
+		return nil, err
+	}
 	t, err := parseTarget(addr, o.getenv, o.saDir)
 	if err != nil {
 		return nil, err
@@ -35,6 +42,7 @@ func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, e
 		publish: func(ms []member, draining []string, lag time.Duration) error {
 			return ss.publish(ms, draining, lag, log)
 		}})
+	ss.disc = &ss.w.stats
 
 	// The watch outlives ctx: it keeps ctx's values but not its cancellation
 	// or deadline, and stops on Close.

@@ -112,7 +112,7 @@ func (ss *ServerList) SetHashing(h Hashing) error {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.ring.Load() != nil || ss.w != nil {
+	if ss.ring.Load() != nil || ss.disc != nil {
 		return errors.New("selector: SetHashing: the ServerList has servers already; set the hashing first (NewServerList: WithHashing)")
 	}
 	ss.hashing = h.clone()

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/dns"
 )
 
 // An Option configures discovery: NewServerList and NewClient take it, and
@@ -49,14 +52,18 @@ type options struct {
 	family     string
 	discovery  string  // the first discovery option given: NewClientFromList refuses it
 	metrics    Metrics // see WithMetrics
+	dns        DNS     // see WithDNS
+	dnsSet     bool    // WithDNS was given
 
 	client    clientOptions // the Client's, from client options
 	clientErr error         // a client option's bad value, reported by newOptions
 
 	// Seams for tests.
-	getenv func(string) string
-	saDir  string
-	timing timing
+	getenv     func(string) string
+	saDir      string
+	timing     timing
+	resolvConf string        // resolv.conf's path
+	dnsMaxTTL  time.Duration // the longest TTL that delays a DNS lookup; 0: maxTTLFloor
 }
 
 // discoveryOption returns an Option of discovery, which NewClientFromList
@@ -73,7 +80,7 @@ func discoveryOption(name string, f func(o *options)) Option {
 // newOptions applies opt over the defaults and checks the result, so that a
 // mistake is an error from NewServerList rather than a surprise later.
 func newOptions[T ClientOption](opt []T) (options, error) {
-	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir, client: defaultClientOptions()}
+	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir, client: defaultClientOptions(), resolvConf: dns.ResolvConf}
 	for i, f := range opt {
 		if isNil(f) {
 			return o, fmt.Errorf("option %d of %d is nil", i+1, len(opt))

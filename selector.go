@@ -109,7 +109,8 @@ type ServerList struct {
 	drains   bool                     // discovery reports draining endpoints
 	draining atomic.Pointer[[]string] // terminating endpoints still serving (see setDraining)
 
-	w          *watcher      // for Stats
+	w          *watcher      // the watch, with discovery through the Kubernetes API
+	disc       *stats        // discovery's state for Stats: the watch's or DNS's; nil without discovery
 	discovered bool          // discovery has published a set; used by its goroutine only
 	changed    chan struct{} // signals the change hook, coalesced
 	nonEmpty   chan struct{} // closed once there is a server
@@ -311,6 +312,11 @@ func (ss *ServerList) pointsPerServer() int {
 // port number (the Service's targetPort) or the name of a Service port.
 // Without a namespace, the pod's own is used (POD_NAMESPACE, then the
 // service account's namespace file, then "default").
+//
+// Without access to the API, addr may instead ask DNS, which is then
+// polled: "dnssrv+_port._tcp.name" for SRV records (a StatefulSet pod keeps
+// its keys across a new IP), "dns+name:port" or "dns:///name:port" for A or
+// AAAA records. See DNS and WithDNS.
 //
 // NewServerList returns once it has listed the endpoints and started the
 // watch; ctx bounds only that, not the watch, so give it a deadline. It fails

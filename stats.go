@@ -7,7 +7,8 @@ import (
 )
 
 // Stats is a snapshot of a ServerList's discovery, for health checks and
-// metrics of your own.
+// metrics of your own. With discovery by DNS, LastSync is the last answer,
+// Synced is true from the first, and Relists and WatchRestarts stay 0.
 type Stats struct {
 	Servers       []net.Addr // the current servers, sorted
 	Synced        bool       // the first list is published and the watch has started; always true without discovery, as HasSynced
@@ -22,8 +23,8 @@ type Stats struct {
 // NewServerList it has only the servers, and Synced, as HasSynced says.
 func (ss *ServerList) Stats() Stats {
 	s := Stats{Synced: true}
-	if ss.w != nil {
-		s = ss.w.stats.get()
+	if ss.disc != nil {
+		s = ss.disc.get()
 	}
 	s.Servers = ss.Servers()
 	return s
@@ -33,7 +34,7 @@ func (ss *ServerList) Stats() Stats {
 // is watching them, as client-go's informers do: true from NewServerList's
 // return on. A ServerList not made by NewServerList is always synced.
 func (ss *ServerList) HasSynced() bool {
-	return ss.w == nil || ss.w.stats.get().Synced
+	return ss.disc == nil || ss.disc.get().Synced
 }
 
 // DiscoveryStats returns the state of the Client's discovery: the Stats of
