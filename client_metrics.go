@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"context"
 	"errors"
 	"net"
 	"time"
@@ -18,6 +19,11 @@ type groupMetrics struct{ Metrics }
 
 func (groupMetrics) Request(RequestEvent) {}
 
+// Begin and End: the pool Client's operation has the span (Begin's
+// context), which its groups' steps go to.
+func (groupMetrics) Begin(ctx context.Context, _ Op) context.Context { return ctx }
+func (groupMetrics) End(context.Context, RequestEvent, error)        {}
+
 // forGroup returns m for a pool's groups (see groupMetrics); nil stays nil,
 // so that a pool without metrics pays nothing either.
 func forGroup(m Metrics) Metrics {
@@ -27,46 +33,67 @@ func forGroup(m Metrics) Metrics {
 	return groupMetrics{m}
 }
 
-// begin returns the start of an operation for metrics, or the zero Time
-// without them, so that a Client without metrics reads no clock.
-func (c *Client) begin() time.Time {
-	if c.cfg.metrics == nil {
-		return time.Time{}
-	}
-	return time.Now()
+// opStart is an operation begun: what done reports.
+type opStart struct {
+	op    Op
+	start time.Time
 }
 
-// done reports an operation that began at start and returned *err. It is
-// deferred at the top of each public method: `defer c.done(OpGet, c.begin(), &err)`.
-func (c *Client) done(op Op, start time.Time, err *error) {
+// begin begins op: it returns the context that the operation runs with,
+// Metrics.Begin's (a tracer's span), and what done needs; without metrics,
+// ctx, and no clock read. Each public method starts
+//
+//	ctx, st := c.begin(ctx, OpGet)
+//	defer c.done(ctx, st, &opErr)
+//
+// A closure captures a reassigned ctx by reference, which moves it to the
+// heap where the closure escapes: so GetMultiContext, whose goroutines'
+// closures do, runs its body in a function of its own (getMulti).
+func (c *Client) begin(ctx context.Context, op Op) (context.Context, opStart) {
+	st := opStart{op: op}
 	if c.cfg.metrics != nil { // inlined: without metrics, this is all
-		c.report(op, start, *err)
+		ctx = c.beginOp(ctx, &st)
+	}
+	return ctx, st
+}
+
+func (c *Client) beginOp(ctx context.Context, st *opStart) context.Context {
+	ctx = c.cfg.metrics.Begin(ctx, st.op)
+	st.start = time.Now()
+	return ctx
+}
+
+// done reports an operation begun as st, with begin's ctx, that returned
+// *err.
+func (c *Client) done(ctx context.Context, st opStart, err *error) {
+	if c.cfg.metrics != nil { // inlined: without metrics, this is all
+		c.report(ctx, st, *err)
 	}
 }
 
-func (c *Client) report(op Op, start time.Time, err error) {
-	if m := c.cfg.metrics; m != nil {
-		ev := RequestEvent{Op: op, Outcome: outcomeOf(err), Duration: time.Since(start)}
-		if op == OpGet || op == OpGetAndTouch {
-			if ev.Outcome == OutcomeOK {
-				ev.Outcome, ev.Hits = OutcomeHit, 1
-			} else {
-				ev.Misses = 1
-			}
+func (c *Client) report(ctx context.Context, st opStart, err error) {
+	ev := RequestEvent{Op: st.op, Outcome: outcomeOf(err), Duration: time.Since(st.start)}
+	if st.op == OpGet || st.op == OpGetAndTouch {
+		if ev.Outcome == OutcomeOK {
+			ev.Outcome, ev.Hits = OutcomeHit, 1
+		} else {
+			ev.Misses = 1
 		}
-		m.Request(ev)
 	}
+	c.cfg.metrics.Request(ev)
+	c.cfg.metrics.End(ctx, ev, err)
 }
 
 // doneMulti is done for GetMulti, which counts the keys it found.
-func (c *Client) doneMulti(start time.Time, keys []string, found *map[string]*memcache.Item, err *error) {
+func (c *Client) doneMulti(ctx context.Context, st opStart, keys []string, found *map[string]*memcache.Item, err *error) {
 	if m := c.cfg.metrics; m != nil {
-		ev := RequestEvent{Op: OpGetMulti, Outcome: outcomeOf(*err), Duration: time.Since(start), Hits: len(*found)}
+		ev := RequestEvent{Op: OpGetMulti, Outcome: outcomeOf(*err), Duration: time.Since(st.start), Hits: len(*found)}
 		ev.Misses = max(len(keys)-ev.Hits, 0)
 		if ev.Outcome == OutcomeOK {
 			ev.Outcome = OutcomeHit
 		}
 		m.Request(ev)
+		m.End(ctx, ev, *err)
 	}
 }
 
@@ -173,5 +200,72 @@ func (c *Client) reportReplay(s *server, n int) {
 func (c *Client) reportHandoff(p, s *server, cause HandoffCause, r HandoffResult) {
 	if m := c.cfg.metrics; m != nil {
 		m.Handoff(HandoffEvent{From: p.addr.str, To: s.addr.str, Cause: cause, Result: r})
+	}
+}
+
+// attempt reports a request of an operation to s (see Client.do), the key
+// of hash h's server in rt or its stand-in, that returned err, and is sent
+// again if retry.
+func (c *Client) attempt(ctx context.Context, rt *routing, h uint64, s *server, err error, retry bool) {
+	if c.cfg.metrics != nil { // inlined: without metrics, this is all
+		c.stepAttempt(ctx, rt, h, s, err, retry)
+	}
+}
+
+func (c *Client) stepAttempt(ctx context.Context, rt *routing, h uint64, s *server, err error, retry bool) {
+	m := c.cfg.metrics
+	if o := rt.baseOwner(h); o != nil && o != s {
+		m.Step(ctx, StepEvent{Kind: StepFailover, Addr: s.addr.str, From: o.addr.str})
+	}
+	ev := StepEvent{Kind: StepRequest, Addr: s.addr.str}
+	if retry {
+		ev.Kind = StepRetry
+	}
+	ev.Outcome, ev.Err = stepOutcome(err)
+	m.Step(ctx, ev)
+}
+
+// stepOutcome returns the Outcome of err, a request's, and the error a
+// Client method would return for it.
+func stepOutcome(err error) (Outcome, error) {
+	o := outcomeOf(err)
+	switch o {
+	case OutcomeOK, OutcomeMiss, OutcomeNotStored, OutcomeCASConflict:
+		return o, err // memcached's answers: appError would allocate its target for nothing
+	}
+	return o, appError(err)
+}
+
+// stepStart returns the start of a GetMulti's request to one server, or
+// the zero Time without metrics.
+func (c *Client) stepStart() time.Time {
+	if c.cfg.metrics == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// batchDone reports a GetMulti's request of keys keys to s, begun at start,
+// that returned err.
+func (c *Client) batchDone(ctx context.Context, s *server, keys int, start time.Time, err error) {
+	if c.cfg.metrics != nil { // inlined: without metrics, this is all
+		c.stepBatch(ctx, s, keys, start, err)
+	}
+}
+
+func (c *Client) stepBatch(ctx context.Context, s *server, keys int, start time.Time, err error) {
+	ev := StepEvent{Kind: StepRequest, Addr: s.addr.str, Keys: keys, Start: start, Duration: time.Since(start)}
+	ev.Outcome, ev.Err = stepOutcome(err)
+	c.cfg.metrics.Step(ctx, ev)
+}
+
+// handedOff reports a key that missed at s and was read at from, its
+// server before, and copied (see Client.handoff), with err, the handoff's
+// error. A handoff that read no server (from is nil) is not reported.
+func (c *Client) handedOff(ctx context.Context, s, from *server, err error) {
+	if m := c.cfg.metrics; m != nil && from != nil {
+		ev := StepEvent{Kind: StepHandoff, Addr: s.addr.str, From: from.addr.str}
+		ev.Outcome, ev.Err = stepOutcome(err)
+		m.Step(ctx, ev)
 	}
 }

@@ -14,7 +14,14 @@ import (
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
 func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[string]*memcache.Item, opErr error) {
-	defer c.doneMulti(c.begin(), keys, &items, &opErr)
+	ctx, st := c.begin(ctx, OpGetMulti)
+	defer c.doneMulti(ctx, st, keys, &items, &opErr)
+	return c.getMulti(ctx, keys)
+}
+
+// getMulti is GetMultiContext without its report: apart, so that its
+// goroutines capture ctx by value (see Client.begin).
+func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memcache.Item, error) {
 	if err := c.admit(ctx); err != nil {
 		return nil, err
 	}
@@ -59,6 +66,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 			break
 		}
 		get := func(b batch) {
+			start := c.stepStart()
 			ks := make([]string, 0, len(b.keys))
 			var err error
 			for _, i := range b.keys {
@@ -80,6 +88,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[
 			if f != healthy || b.s.timeouts.Load() != 0 || b.s.keptIn.Load() {
 				c.observe(b.s, f, err)
 			}
+			c.batchDone(ctx, b.s, len(b.keys), start, err)
 			mu.Lock()
 			defer mu.Unlock()
 			if found == nil { // the first batch's map is the result: no copy

@@ -118,7 +118,8 @@ func (cs *copies) overtaken(key string) bool {
 // expires after exp seconds; with touch, after exp seconds in any case (a
 // GetAndTouch). ctx bounds the reads of the sources and the copy.
 func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, error) {
-	it, _, err := c.handoffFrom(ctx, h, key, s, exp, touch, cause)
+	it, cp, err := c.handoffFrom(ctx, h, key, s, exp, touch, cause)
+	c.handedOff(ctx, s, cp.from, err)
 	return it, err
 }
 

@@ -115,7 +115,8 @@ func cmp0(d, def time.Duration) time.Duration {
 // not this one (gomemcache, or another library) keeps it: a GetOrLoad then
 // waits opt.Wait for a load that never comes.
 func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (_ *memcache.Item, opErr error) {
-	defer c.done(OpGetOrLoad, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpGetOrLoad)
+	defer c.done(ctx, st, &opErr)
 	if load == nil {
 		return nil, errNilLoad
 	}
@@ -402,7 +403,8 @@ func (c *Client) holdFor(ctx context.Context, key string, opt LoadOptions) (leas
 // returns), so that no older value of key is served later. It returns
 // ErrCacheMiss only if key was found nowhere it can be.
 func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error) {
-	defer c.done(OpInvalidate, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpInvalidate)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
 	}

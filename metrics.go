@@ -1,12 +1,16 @@
 package selector
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // This file is the library's metrics interface: what a Client and a
 // ServerList report, as values an adapter turns into counters, histograms
 // and gauges. The root module depends on no metrics library; adapters for
 // OpenTelemetry and Prometheus are the modules extra/selectorotel and
-// extra/selectorprometheus of this repository.
+// extra/selectorprometheus of this repository; the first also traces,
+// through Begin, Step and End.
 
 // Metrics receives what a Client and a ServerList do. Set it with
 // WithMetrics, or SetMetrics on a ServerList for SetServers; without one
@@ -50,6 +54,25 @@ type Metrics interface {
 	// could not cache: its server refused it, as larger than the largest
 	// item it stores (memcached's -I), or for want of memory.
 	NotCached(NotCachedEvent)
+
+	// Begin, Step and End are what a tracer needs. Begin is called as a
+	// Client operation begins, with the context it was given
+	// (context.Background() for the forms without one), and the operation
+	// runs with the context Begin returns: a tracer starts the
+	// operation's span there, a child of the caller's, and the operation's
+	// steps, its End, and a GetOrLoad's call of its LoadFunc get that
+	// context. NopMetrics returns ctx.
+	Begin(ctx context.Context, op Op) context.Context
+	// Step reports, with the context of the operation it happened in, a
+	// request to a server, a retry, a failover or a handoff (see
+	// StepEvent). A GetMulti's requests, one per server, are reported
+	// from their goroutines, at once.
+	Step(ctx context.Context, e StepEvent)
+	// End reports that the operation Begin began returned err, with the
+	// context Begin returned and the RequestEvent just given to Request.
+	// Each Begin has one End, on the goroutine that called Begin; the
+	// groups of a pool report none of their own (see Pool).
+	End(ctx context.Context, e RequestEvent, err error)
 }
 
 // NopMetrics implements Metrics with methods that do nothing. Embed it in
@@ -65,6 +88,10 @@ func (NopMetrics) Handoff(HandoffEvent)           {}
 func (NopMetrics) Ring(RingEvent)                 {}
 func (NopMetrics) Discovery(DiscoveryEvent)       {}
 func (NopMetrics) NotCached(NotCachedEvent)       {}
+
+func (NopMetrics) Begin(ctx context.Context, _ Op) context.Context { return ctx }
+func (NopMetrics) Step(context.Context, StepEvent)                 {}
+func (NopMetrics) End(context.Context, RequestEvent, error)        {}
 
 // WithMetrics makes a Client, or a ServerList from NewServerList, report
 // to m (see Metrics). NewClient's ServerList reports to m too; a Client
@@ -248,4 +275,34 @@ type DiscoveryEvent struct {
 type NotCachedEvent struct {
 	Addr string // the server's address, host:port
 	Size int    // the value's length, in bytes
+}
+
+// A StepKind is what a StepEvent reports.
+type StepKind string
+
+const (
+	StepRequest  StepKind = "request"  // a request to a server returned: the operation's last to it, or one of a GetMulti's
+	StepRetry    StepKind = "retry"    // a request to a server failed for the server's reason, and is sent again to its key's server then: the same, or the next
+	StepFailover StepKind = "failover" // a request goes to Addr, not to its key's server From, which is out for this client
+	StepHandoff  StepKind = "handoff"  // a key missed at Addr, its server, and was read where it was, From, and copied (see HandoffEvent)
+)
+
+// StepEvent is something that happened within a Client operation (see
+// Metrics.Step): what a tracer records in the operation's span.
+type StepEvent struct {
+	Kind StepKind
+	Addr string // the server, host:port
+	From string // for StepFailover, the key's server, out; for StepHandoff, where the key was
+	// Keys is the count of keys of a GetMulti's request to Addr, which
+	// began at Start and took Duration: a tracer gives it a span of its
+	// own. They are zero for the request of an operation on one key,
+	// whose time is the operation's.
+	Keys     int
+	Start    time.Time
+	Duration time.Duration
+	// Outcome is how the request or handoff ended: a success (OutcomeOK;
+	// a handoff then served the value it copied), one of memcached's
+	// answers (OutcomeMiss), or the kind of Err; Err is nil for OutcomeOK.
+	Outcome Outcome
+	Err     error
 }

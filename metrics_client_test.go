@@ -1,9 +1,12 @@
 package selector
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +57,9 @@ func TestMetricsAllocs(t *testing.T) {
 	var err error = memcache.ErrCacheMiss
 	s := on.rt.Load().owner(on.hash("k"))
 	require.Zero(t, testing.AllocsPerRun(1000, func() {
-		on.done(OpGet, on.begin(), &err)
+		ctx, st := on.begin(context.Background(), OpGet)
+		on.attempt(ctx, on.rt.Load(), on.hash("k"), s, err, false)
+		on.done(ctx, st, &err)
 		on.reportFailure(s, timedOut)
 	}), "reporting allocates")
 }
@@ -254,9 +259,242 @@ func BenchmarkReport(b *testing.B) {
 			c := &Client{cfg: clientOptions{metrics: tc.m}}
 			var err error = memcache.ErrCacheMiss
 			b.ReportAllocs()
+			ctx := context.Background()
 			for b.Loop() {
-				c.done(OpGet, c.begin(), &err)
+				ctx, st := c.begin(ctx, OpGet)
+				c.done(ctx, st, &err)
 			}
 		})
 	}
+}
+
+// traceMetrics records Begin, Step and End as a tracer sees them: Begin
+// returns a context that names its operation, and each Step and End is
+// recorded with the name its context holds.
+type traceMetrics struct {
+	NopMetrics
+	mu    sync.Mutex
+	n     int
+	calls []traceCall
+}
+
+type traceCall struct {
+	what string // "begin", "step" or "end"
+	op   int    // the operation the context names; 0 for none
+	step StepEvent
+	req  RequestEvent
+	err  error
+}
+
+type opKey struct{}
+
+func (m *traceMetrics) Begin(ctx context.Context, op Op) context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	m.calls = append(m.calls, traceCall{what: "begin", op: m.n, req: RequestEvent{Op: op}})
+	return context.WithValue(ctx, opKey{}, m.n)
+}
+
+func (m *traceMetrics) Step(ctx context.Context, e StepEvent) {
+	m.record(traceCall{what: "step", op: opOf(ctx), step: e})
+}
+
+func (m *traceMetrics) End(ctx context.Context, e RequestEvent, err error) {
+	e.Duration = 0
+	m.record(traceCall{what: "end", op: opOf(ctx), req: e, err: err})
+}
+
+func (m *traceMetrics) record(c traceCall) { m.mu.Lock(); m.calls = append(m.calls, c); m.mu.Unlock() }
+
+func opOf(ctx context.Context) int { n, _ := ctx.Value(opKey{}).(int); return n }
+
+// take returns the calls so far, and forgets them.
+func (m *traceMetrics) take() []traceCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cs := m.calls
+	m.calls = nil
+	return cs
+}
+
+// steps returns the steps of cs, without their times and errors (see
+// StepEvent.Outcome), checking that each has its operation's context.
+func steps(t *testing.T, cs []traceCall) []StepEvent {
+	t.Helper()
+	var ss []StepEvent
+	for _, c := range cs {
+		if c.what == "step" {
+			require.Equal(t, cs[0].op, c.op, "a step without its operation's context: %+v", c)
+			c.step.Start, c.step.Duration, c.step.Err = time.Time{}, 0, nil
+			ss = append(ss, c.step)
+		}
+	}
+	return ss
+}
+
+// What a tracer is given: each operation's Begin, its steps and its End,
+// with the context Begin returned, in order; a request's server; a retry
+// and a failover when a server dies; a GetMulti's request to each server,
+// with its time; a handoff; and in a pool, one operation, not one a group.
+func TestMetricsTrace(t *testing.T) {
+	ms := startMemcached(t, 3)
+	var m traceMetrics
+	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMetrics(&m), WithTimeout(2*time.Second))
+	k0, k1 := keysOf(t, ss, ms[0].addr, 1)[0], keysOf(t, ss, ms[1].addr, 1)[0]
+	require.NoError(t, c.Set(&memcache.Item{Key: k1, Value: []byte("v")}))
+	m.take()
+
+	type caller struct{}
+	parent := context.WithValue(context.Background(), caller{}, "the caller's")
+	var loadCtx context.Context
+	for _, tc := range []struct {
+		name  string
+		op    func() error
+		req   RequestEvent
+		steps []StepEvent
+	}{
+		{"Get hit", func() error { _, err := c.GetContext(parent, k1); return err },
+			RequestEvent{Op: OpGet, Outcome: OutcomeHit, Hits: 1},
+			[]StepEvent{{Kind: StepRequest, Addr: ms[1].addr, Outcome: OutcomeOK}}},
+		{"Get miss", func() error { _, err := c.GetContext(parent, k0); return err },
+			RequestEvent{Op: OpGet, Outcome: OutcomeMiss, Misses: 1},
+			[]StepEvent{{Kind: StepRequest, Addr: ms[0].addr, Outcome: OutcomeMiss}}},
+		{"Set", func() error { return c.SetContext(parent, &memcache.Item{Key: k0, Value: []byte("v")}) },
+			RequestEvent{Op: OpSet, Outcome: OutcomeOK},
+			[]StepEvent{{Kind: StepRequest, Addr: ms[0].addr, Outcome: OutcomeOK}}},
+		{"a malformed key", func() error { _, err := c.GetContext(parent, "a bad key"); return err },
+			RequestEvent{Op: OpGet, Outcome: OutcomeMalformedKey, Misses: 1}, nil},
+		{"GetOrLoad", func() error {
+			_, err := c.GetOrLoad(parent, "load-"+k1, LoadOptions{}, func(ctx context.Context, _ string) (*memcache.Item, error) {
+				loadCtx = ctx
+				return &memcache.Item{Value: []byte("v")}, nil
+			})
+			return err
+		}, RequestEvent{Op: OpGetOrLoad, Outcome: OutcomeOK}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op()
+			cs := m.take()
+			require.GreaterOrEqual(t, len(cs), 2)
+			begin, end := cs[0], cs[len(cs)-1]
+			require.Equal(t, traceCall{what: "begin", op: begin.op, req: RequestEvent{Op: tc.req.Op}}, begin)
+			require.Equal(t, traceCall{what: "end", op: begin.op, req: tc.req, err: err}, end)
+			if tc.steps != nil {
+				require.Equal(t, tc.steps, steps(t, cs))
+			}
+		})
+	}
+	require.Equal(t, "the caller's", loadCtx.Value(caller{}), "the LoadFunc's context is the caller's")
+	require.NotZero(t, opOf(loadCtx), "the LoadFunc's context is Begin's")
+
+	t.Run("GetMulti", func(t *testing.T) {
+		before := time.Now()
+		_, err := c.GetMulti([]string{k0, k1, "x" + k0})
+		require.NoError(t, err)
+		cs := m.take()
+		var got []StepEvent
+		for _, c := range cs {
+			if c.what == "step" {
+				require.Equal(t, cs[0].op, c.op)
+				require.False(t, c.step.Start.Before(before), "a request's start %v", c.step.Start)
+				require.Positive(t, c.step.Duration)
+				c.step.Start, c.step.Duration = time.Time{}, 0
+				got = append(got, c.step)
+			}
+		}
+		slices.SortFunc(got, func(a, b StepEvent) int { return strings.Compare(a.Addr, b.Addr) })
+		keys := map[string]int{}
+		for _, k := range []string{k0, k1, "x" + k0} {
+			a, _ := ss.PickServer(k)
+			keys[a.String()]++
+		}
+		var want []StepEvent
+		for _, addr := range addrsOf(ms[:2]) {
+			if keys[addr] > 0 {
+				want = append(want, StepEvent{Kind: StepRequest, Addr: addr, Keys: keys[addr], Outcome: OutcomeOK})
+			}
+		}
+		slices.SortFunc(want, func(a, b StepEvent) int { return strings.Compare(a.Addr, b.Addr) })
+		require.Equal(t, want, got)
+		require.Equal(t, traceCall{what: "end", op: cs[0].op, req: RequestEvent{Op: OpGetMulti, Outcome: OutcomeHit, Hits: 2, Misses: 1}}, cs[len(cs)-1])
+	})
+
+	t.Run("a handoff", func(t *testing.T) {
+		old := keysOf(t, ss, ms[1].addr, 50)
+		for _, k := range old {
+			require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v")}))
+		}
+		require.NoError(t, ss.SetServers(addrsOf(ms)...))
+		eventually(t, "the client to see the new ring", func() bool { return len(c.rt.Load().past) > 0 })
+		moved := ""
+		for _, k := range old {
+			if a, _ := ss.PickServer(k); a.String() == ms[2].addr {
+				moved = k
+				break
+			}
+		}
+		require.NotEmpty(t, moved)
+		m.take()
+		_, err := c.Get(moved)
+		require.NoError(t, err)
+		require.Equal(t, []StepEvent{
+			{Kind: StepRequest, Addr: ms[2].addr, Outcome: OutcomeMiss},
+			{Kind: StepHandoff, Addr: ms[2].addr, From: ms[1].addr, Outcome: OutcomeOK},
+		}, steps(t, m.take()))
+	})
+
+	t.Run("a server killed", func(t *testing.T) {
+		k := k0 // at ms[0] before the change, and after
+		if a, _ := ss.PickServer(k); a.String() != ms[0].addr {
+			for _, x := range keysOf(t, ss, ms[0].addr, 20) {
+				if a, _ := listOf(t, addrsOf(ms[:2])...).PickServer(x); a.String() == ms[0].addr {
+					k = x
+					break
+				}
+			}
+		}
+		ms[0].kill()
+		m.take()
+		_, err := c.Get(k) // retried at the dead server, then a failover: a miss at the next
+		require.ErrorIs(t, err, memcache.ErrCacheMiss)
+		got := steps(t, m.take())
+		require.GreaterOrEqual(t, len(got), 3, "%+v", got)
+		for _, s := range got[:len(got)-2] {
+			require.Equal(t, StepRetry, s.Kind, "%+v", got)
+			require.Equal(t, ms[0].addr, s.Addr)
+			require.Contains(t, []Outcome{OutcomeUnreachable, OutcomeBroken}, s.Outcome)
+		}
+		next := got[len(got)-1].Addr
+		require.NotEqual(t, ms[0].addr, next)
+		require.Equal(t, []StepEvent{
+			{Kind: StepFailover, Addr: next, From: ms[0].addr},
+			{Kind: StepRequest, Addr: next, Outcome: OutcomeMiss},
+		}, got[len(got)-2:])
+	})
+
+	t.Run("a pool", func(t *testing.T) {
+		members, err := staticMembers(addrsOf(ms[1:]))
+		require.NoError(t, err)
+		pl := new(ServerList)
+		_, _, err = pl.update(members)
+		require.NoError(t, err)
+		var m traceMetrics
+		c, err := NewClientFromList(pl, WithSlog(slog.New(slog.DiscardHandler)), WithPool(Replicated()), WithMetrics(&m))
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.Set(&memcache.Item{Key: "k", Value: []byte("v")}))
+		cs := m.take()
+		require.Equal(t, 1, len(slices.DeleteFunc(slices.Clone(cs), func(c traceCall) bool { return c.what != "begin" })), "%+v", cs)
+		require.Equal(t, "begin", cs[0].what)
+		require.Equal(t, traceCall{what: "end", op: cs[0].op, req: RequestEvent{Op: OpSet, Outcome: OutcomeOK}}, cs[len(cs)-1])
+		var at []string
+		for _, s := range steps(t, cs) { // both groups' requests, in the pool's operation
+			at = append(at, s.Addr)
+		}
+		want := addrsOf(ms[1:])
+		slices.Sort(at)
+		slices.Sort(want)
+		require.Equal(t, want, at)
+	})
 }

@@ -61,11 +61,14 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 		switch {
 		case (f == unreachable || f == connectTimeout) && unsent < 2:
 			unsent++
+			c.attempt(r.ctx, rt, h, s, err, true)
 			continue
 		case f == broken && (r.kind.idempotent() || !sent) && brokenConns < 2:
 			brokenConns++
+			c.attempt(r.ctx, rt, h, s, err, true)
 			continue
 		}
+		c.attempt(r.ctx, rt, h, s, err, false)
 		return s, appError(err)
 	}
 }
@@ -105,7 +108,8 @@ func (c *Client) write(r *keyOp) (bool, error) {
 // GetContext gets the item for key, as memcache.Client.Get. It fails over,
 // and a miss at a key that moved is handed off (see Client).
 func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, opErr error) {
-	defer c.done(OpGet, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpGet)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return nil, err
 	}
@@ -131,7 +135,8 @@ func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.I
 // GetAndTouchContext gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
 func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration int32) (_ *memcache.Item, opErr error) {
-	defer c.done(OpGetAndTouch, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpGetAndTouch)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return nil, err
 	}
@@ -175,7 +180,8 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 // TouchContext sets the expiration of key, as memcache.Client.Touch, at its server.
 // A key that moved is handed off first.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (opErr error) {
-	defer c.done(OpTouch, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpTouch)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
 	}
@@ -190,7 +196,8 @@ func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (o
 // SetContext writes item, as memcache.Client.Set. It is retried when its server
 // fails before it is sent, or its connection breaks.
 func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpSet, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpSet)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -206,7 +213,8 @@ func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr err
 // AddContext writes item if its key holds no value, as memcache.Client.Add. A
 // key that moved is handed off first, so that a value where it was counts.
 func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpAdd, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpAdd)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -223,7 +231,8 @@ func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr err
 // ReplaceContext writes item if its key holds a value, as memcache.Client.Replace.
 // A key that moved is handed off first.
 func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpReplace, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpReplace)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -238,7 +247,8 @@ func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr
 // AppendContext appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
 func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpAppend, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpAppend)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -253,7 +263,8 @@ func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr 
 // PrependContext prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
 func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpPrepend, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpPrepend)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -268,7 +279,8 @@ func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr
 // CompareAndSwapContext writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
 func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	defer c.done(OpCompareAndSwap, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpCompareAndSwap)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
 	}
@@ -287,7 +299,8 @@ func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item)
 // returns); so it returns ErrCacheMiss only if key was found nowhere it can
 // be.
 func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
-	defer c.done(OpDelete, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpDelete)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
 	}
@@ -340,7 +353,8 @@ func (c *Client) deleteFirst(rt *routing, h uint64, r *keyOp) {
 // IncrementContext adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
 func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
-	defer c.done(OpIncrement, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpIncrement)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return 0, err
 	}
@@ -356,7 +370,8 @@ func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64)
 // DecrementContext subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
 func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
-	defer c.done(OpDecrement, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpDecrement)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return 0, err
 	}

@@ -19,7 +19,8 @@ func (c *Client) each(op func(wire) error) error {
 // PingContext checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
 func (c *Client) PingContext(ctx context.Context) (opErr error) {
-	defer c.done(OpPing, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpPing)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
 	}
@@ -36,7 +37,8 @@ func (c *Client) PingContext(ctx context.Context) (opErr error) {
 // failing) serves none of its values from before the flush when it is next
 // used (see invalLog), and no key is handed off from before it.
 func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
-	defer c.done(OpFlushAll, c.begin(), &opErr)
+	ctx, st := c.begin(ctx, OpFlushAll)
+	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
 	}

@@ -1,10 +1,38 @@
 // Package selectorotel reports what a k8s-memcache-selector Client and
-// ServerList do through the OpenTelemetry metric API: it is a
-// selector.Metrics that records into instruments of a MeterProvider.
+// ServerList do through the OpenTelemetry metric API, and traces the
+// Client's operations through its trace API: it is a selector.Metrics that
+// records into instruments of a MeterProvider and, given a TracerProvider,
+// spans.
 //
-//	m, err := selectorotel.New(selectorotel.Options{MeterProvider: provider})
+//	m, err := selectorotel.New(selectorotel.Options{MeterProvider: mp, TracerProvider: tp})
 //	if err != nil { ... }
 //	c, err := selector.NewClient(ctx, "memcache:11211", selector.WithMetrics(m))
+//
+// # Traces
+//
+// With Options.TracerProvider, each Client operation is a span of kind
+// client, a child of the span of the context it was given (the Context
+// forms' ctx), named after its operation ("get", "set", "get_multi", ...)
+// and with the attributes of OpenTelemetry's semantic conventions for
+// database client spans: db.system.name "memcached", db.operation.name,
+// server.address and server.port (the server of its last request, after
+// a retry or a failover), memcache.selector.outcome (hit, miss, ok, ...,
+// as the metrics'), db.operation.batch.size for a GetMulti of several
+// keys. An error (not a miss, nor memcached's other answers: not stored,
+// a CAS conflict) sets error.type, the status Error and an exception
+// event. A GetMulti's request to each server is a span of its own under
+// the operation's, named "get_multi host:port"; a GetOrLoad's LoadFunc
+// runs under the GetOrLoad's span. Within an operation's span these are
+// events:
+//
+//	memcache.selector.retry     a request failed for its server's reason and is sent again: server.*, error.type
+//	memcache.selector.failover  the request goes to server.* in place of its key's server, memcache.selector.from, out
+//	memcache.selector.handoff   a key missed at server.*, its server, and was read and copied from memcache.selector.from
+//
+// A pool's operation is one span, with its groups' servers and events (a
+// pool's GetMulti has no span a server).
+//
+// # Metrics
 //
 // The instruments, named and with attributes as OpenTelemetry's semantic
 // conventions have them where there is one (the database client's
@@ -53,9 +81,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of the instruments: the meter's name.
+// ScopeName is the instrumentation scope of the instruments and spans: the
+// meter's and the tracer's name.
 const ScopeName = "github.com/kubecache/k8s-memcache-selector"
 
 // Options configures New. The zero value is the defaults.
@@ -65,6 +95,10 @@ type Options struct {
 	// DurationBuckets advises db.client.operation.duration's bucket
 	// boundaries, in seconds; default DefaultDurationBuckets.
 	DurationBuckets []float64
+	// TracerProvider makes the spans of the Client's operations (see
+	// Traces); default none: no spans, and no cost. To trace with the
+	// global provider, give otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultDurationBuckets are the default boundaries of
@@ -89,6 +123,10 @@ type Metrics struct {
 	requestAttrs cache[reqKey, []metric.RecordOption]
 	keyAttrs     cache[reqKey, []metric.AddOption]
 	serverAttrs  cache[serverKey, []metric.AddOption]
+
+	tracer     trace.Tracer // nil without Options.TracerProvider
+	spanOpts   cache[selector.Op, []trace.SpanStartOption]
+	spanServer cache[string, []attribute.KeyValue]
 }
 
 var _ selector.Metrics = (*Metrics)(nil)
@@ -132,6 +170,9 @@ func New(o Options) (*Metrics, error) {
 		return g
 	}
 	m := &Metrics{}
+	if o.TracerProvider != nil {
+		m.tracer = o.TracerProvider.Tracer(ScopeName)
+	}
 	var err error
 	m.duration, err = meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of Client operations."), metric.WithExplicitBucketBoundaries(o.DurationBuckets...))
