@@ -96,7 +96,10 @@ func (c *Client) probe(s *server, delay time.Duration) {
 
 // probeLoop pings s, with delays growing by half up to cfg.probeMax and
 // 5-50% jitter, as mcrouter's probes, until it answers and is back (see
-// Client.recover), it leaves, or the Client closes.
+// Client.recover), it leaves, or the Client closes. One that left while
+// out, and owes its record the slots it lost then (see serverLosses), is
+// probed until it takes them: a Client started after they move back reads
+// the record, and it would be missing them.
 func (c *Client) probeLoop(s *server, delay time.Duration) {
 	defer func() {
 		c.mu.Lock()
@@ -112,9 +115,10 @@ func (c *Client) probeLoop(s *server, delay time.Duration) {
 		case <-t.C:
 		}
 		if s.status() == gone {
-			return
-		}
-		if err := s.call(func(w wire) error { return w.Ping(c.ctx) }); err == nil && c.recover(s) {
+			if !c.owedWhileGone(s) || c.payOwed(s) {
+				return
+			}
+		} else if err := s.call(func(w wire) error { return w.Ping(c.ctx) }); err == nil && c.recover(s) {
 			return
 		}
 		delay = min(max(delay, c.cfg.probeMin)*3/2, c.cfg.probeMax)

@@ -27,6 +27,7 @@ type serverLosses struct {
 	owed  []lostRun // floors unused: each is taken as it is written
 	floor uint64    // the highest floor noted or read; 0 if none
 	start int64     // the process start floor was taken in
+	told  bool      // a failure to write the owed runs was logged since the last write
 }
 
 // owe adds runs, which s's record does not hold yet.
@@ -47,6 +48,23 @@ func (l *serverLosses) takeOwed() []lostRun {
 	runs := l.owed
 	l.owed = nil
 	return runs
+}
+
+// failed reports whether a failure to write the runs owed is to be logged:
+// once, until they are written.
+func (l *serverLosses) failed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	told := l.told
+	l.told = true
+	return !told
+}
+
+// paid notes that the runs owed were written.
+func (l *serverLosses) paid() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.told = false
 }
 
 // owes reports whether runs are owed.

@@ -49,10 +49,9 @@ type loss struct {
 // (see serverLosses). A write that fails before the change is routed by is
 // done again by the second pass; the second pass tries up to lossTries
 // times, a moment apart. A server it cannot write (one out for this
-// Client is not tried) owes the slots until it is next reachable: its
-// recovery, or a change that routes slots to it, writes them (see
-// writeOwed). A server lost (gone and unreachable) is not written: it is
-// not read either.
+// Client, or gone and lost, is not tried) owes the slots until it is next
+// reachable: its probe, its recovery, or a change that routes slots to it
+// writes them (see writeOwed), and Close tries.
 func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	if ctx.Err() != nil || !c.routesByRing() {
 		return
@@ -60,11 +59,9 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	done := make(chan struct{}, len(ls))
 	n := 0
 	for _, l := range ls {
-		if st := l.s.status(); st == gone && l.s.lost.Load() {
-			continue
-		} else if st == down {
+		if st := l.s.status(); st == down || st == gone && l.s.lost.Load() {
 			if again {
-				l.s.losses.owe(l.runs)
+				c.owe(l.s, l.runs)
 			}
 			continue
 		}
@@ -96,7 +93,7 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 				l.s.losses.owe(owed) // the second pass writes the change's own
 				return
 			}
-			l.s.losses.owe(l.runs)
+			c.owe(l.s, l.runs)
 			if ctx.Err() == nil {
 				c.log.Warn("cannot record the slots a server lost; written when it next answers, until then a client started after they move back may read its older values of them",
 					keyServer, l.s.addr.str, keyError, err)
@@ -106,6 +103,15 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 	for range n {
 		<-done
 	}
+}
+
+// owe notes that s owes runs to its record, and probes s until it takes
+// them, if no probe runs (see probeLoop).
+func (c *Client) owe(s *server, runs []lostRun) {
+	s.losses.owe(runs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probe(s, c.cfg.probeMin)
 }
 
 // withOwed adds to a change's losses the gaining servers that owe slots to
@@ -121,6 +127,14 @@ func withOwed(ls []loss, gained []*gain) []loss {
 	return ls
 }
 
+// payOwed writes the slots s, which left, owes its record, within 4
+// timeouts, and reports whether it owes none now.
+func (c *Client) payOwed(s *server) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.conn.timeout)
+	defer cancel()
+	return c.writeOwed(ctx, s)
+}
+
 // writeOwed writes the slots s owes its record (see serverLosses), if any,
 // within ctx, and reports whether it owes none now.
 func (c *Client) writeOwed(ctx context.Context, s *server) bool {
@@ -130,11 +144,28 @@ func (c *Client) writeOwed(ctx context.Context, s *server) bool {
 	owed := s.losses.takeOwed()
 	if err := c.noteLoss(ctx, loss{s: s, runs: owed}, true); err != nil {
 		s.losses.owe(owed)
-		c.log.Warn("cannot record the slots a server lost while it was out; a client started after they move back may read its older values of them",
-			keyServer, s.addr.str, keyError, err)
+		if s.losses.failed() {
+			c.log.Warn("cannot record the slots a server lost while it was out; tried again while it is known, until then a client started after they move back may read its older values of them",
+				keyServer, s.addr.str, keyError, err)
+		}
 		return false
 	}
+	s.losses.paid()
 	return true
+}
+
+// owedWhileGone reports whether s, which left, owes slots to its record
+// and is still to be written: while the Client remembers it (see
+// Client.refresh), lost or not (a server that left is read for keys only
+// while it drains; its record is written whenever it answers, so that a
+// Client started when it returns finds it there).
+func (c *Client) owedWhileGone(s *server) bool {
+	if !s.losses.owes() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servers[s.addr.str] == s
 }
 
 // lossTries is how many times the second pass tries a server's record.
@@ -187,17 +218,36 @@ func (c *Client) noteLossesAgain(ls []loss) {
 // and a Client started after they move back would serve the server's
 // values written in between (histcheck unseen-change: 168 stale reads in a
 // long run).
+//
+// It also writes what servers out or gone owe their records (see
+// serverLosses), whether this Client took them for back or not: an
+// application pod that rolls while a memcached pod is out is the common
+// case, and the Client started in its place has no other way to learn
+// them (histcheck unseen-change-out).
 func (c *Client) againOnClose() {
 	var ls []loss
 	for _, pass := range c.lossesAgain.takeAll() {
 		ls = append(ls, pass...)
 	}
-	if len(ls) == 0 {
+	var owing []*server
+	c.mu.Lock()
+	for _, s := range c.servers {
+		if s.losses.owes() {
+			owing = append(owing, s)
+		}
+	}
+	c.mu.Unlock()
+	if len(ls) == 0 && len(owing) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeReplayTime*c.cfg.conn.timeout)
 	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range owing {
+		wg.Go(func() { c.writeOwed(ctx, s) })
+	}
 	c.noteLosses(ctx, ls, true)
+	wg.Wait()
 }
 
 // pendingLosses are the second passes not yet run (see noteLossesAgain).

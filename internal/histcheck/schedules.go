@@ -52,6 +52,7 @@ var Schedules = []Schedule{
 	{Name: "move-back", Control: true, Round: moveBack},
 	{Name: "moves", Control: true, Round: moves},
 	{Name: "unseen-change", Control: true, Round: unseenChange},
+	{Name: "unseen-change-out", Control: true, Round: unseenChangeOut},
 	{Name: "flush", Round: flush},
 	{Name: "flush-departed", Control: true, Round: flushDeparted},
 	{Name: "new-client", Control: true, Params: movesParams, Round: newClient},
@@ -320,6 +321,37 @@ func unseenChange(e *Env) error {
 	e.Sleep(pastWindow(e))
 	e.Phase("moved-back")
 	if err := back(); err != nil {
+		return err
+	}
+	if err := e.Renew(nil); err != nil {
+		return err
+	}
+	settle(e)
+	return nil
+}
+
+// unseenChangeOut is unseenChange with the member hung (SIGSTOP) as it
+// leaves, until the Client took it out: the Client cannot write the
+// member's record of the slots it loses then, owes them, and writes them
+// once the member answers again (see the root package's serverLosses).
+// The member returns after the handoff window with the values it had, and
+// a new Client starts, which must serve none of them.
+func unseenChangeOut(e *Env) error {
+	m := e.Member()
+	e.Phase("stopped")
+	e.Servers[m].Stop()
+	e.Step("SIGSTOP %d", m)
+	e.waitOut(m)
+	e.Phase("removed")
+	if err := e.Remove(m); err != nil {
+		return err
+	}
+	e.Sleep(e.Params.outage())
+	e.Servers[m].Cont()
+	e.Step("SIGCONT %d", m)
+	e.Sleep(pastWindow(e))
+	e.Phase("moved-back")
+	if err := e.Add(m); err != nil {
 		return err
 	}
 	if err := e.Renew(nil); err != nil {
