@@ -2,78 +2,47 @@ package selector
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
 	"time"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
 )
 
 // This file is discovery's side of the ServerList: starting the watch of a
-// Service, and publishing what it finds.
+// Service or the lookups of a DNS name (internal/discovery runs both), and
+// publishing what they find.
 
-// startDiscovery starts the watch of the Service named by addr with o, or
-// for a DNS address its lookups (see startDNS), and returns its ServerList
-// once the first list is published.
+// startDiscovery starts the watch of the Service named by addr with o (see
+// startWatch), or for a DNS address its lookups (see startDNS), and returns
+// its ServerList once the first list is published.
 func startDiscovery(ctx context.Context, addr string, o options) (*ServerList, error) {
 	if isDNSAddress(addr) {
 		return startDNS(ctx, addr, o)
 	}
-	if err := checkDNSOptions(o, false); err != nil {
-		return nil, err
-	}
-	t, err := parseTarget(addr, o.getenv, o.saDir)
-	if err != nil {
-		return nil, err
-	}
-	log := newLog(o.log, t)
-	cfg, err := o.clientConfig(log)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{}),
-		metrics: o.metrics, service: t.namespace + "/" + t.service}
-	ss.w = newWatcher(c, watchConfig{target: t, legacy: o.legacy, family: o.family, timing: o.timing, log: log, metrics: o.metrics,
-		publish: func(ms []member, draining []string, lag time.Duration) error {
-			return ss.publish(ms, draining, lag, log)
-		}})
-	ss.disc = &ss.w.stats
+	return startWatch(ctx, addr, o)
+}
 
-	// The watch outlives ctx: it keeps ctx's values but not its cancellation
-	// or deadline, and stops on Close.
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ss.stop = cancel
-	if o.onChange != nil {
-		ss.wg.Go(func() { ss.notify(bg, o.onChange) })
+// toMembers turns discovery's members into the ring's.
+func toMembers(ms []discovery.Member) []member {
+	rs := make([]member, len(ms))
+	for i, m := range ms {
+		rs[i] = member{id: m.ID, addr: &staticAddr{network: "tcp", str: m.Addr}, zone: m.Zone}
 	}
-	ready := make(chan error, 1)
-	ss.wg.Go(func() { ss.w.run(bg, ready) })
+	return rs
+}
 
-	select {
-	case err = <-ready:
-	case <-ctx.Done():
-		err = ctx.Err()
+// reportDiscovery returns the Report that tells the ServerList's Metrics of
+// discovery's changes of state, or nil without Metrics.
+func (ss *ServerList) reportDiscovery() discovery.Report {
+	if ss.metrics == nil {
+		return nil
 	}
-	if err == nil && o.waitReady {
-		select {
-		case <-ss.nonEmpty:
-		case <-ctx.Done():
-			err = fmt.Errorf("%w: the Service has no ready endpoints (WithWaitForServers)", ctx.Err())
-		}
+	m, service := ss.metrics, ss.service
+	return func(k discovery.Kind, err error) {
+		m.Discovery(DiscoveryEvent{Service: service, Kind: DiscoveryKind(k), Err: err})
 	}
-	if err != nil {
-		ss.Close()
-		if last := ss.w.stats.get().LastError; last != nil && !errors.Is(err, last) {
-			err = fmt.Errorf("%w (last error: %w)", err, last)
-		}
-		return nil, fmt.Errorf("discover %s: %w", t, err)
-	}
-	return ss, nil
 }
 
 // publish makes ms, from discovery, the servers, logs and reports the

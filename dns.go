@@ -12,11 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
 	"github.com/kubecache/k8s-memcache-selector/internal/dns"
 )
 
 // This file is discovery by DNS: its addresses, its option, and starting
-// it in place of the watch. The polling is dns_poll.go's.
+// it in place of the watch. The polling is internal/discovery's DNSSource.
 
 // DNS configures discovery by DNS, for the dns+, dnssrv+ and dns:///
 // addresses of NewServerList (see there). Every field's zero value means
@@ -231,10 +232,11 @@ func startDNS(ctx context.Context, addr string, o options) (*ServerList, error) 
 	log := dnsLog(o.log, t)
 	ss := &ServerList{points: o.points, hashing: o.hashing, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{}),
 		metrics: o.metrics, service: t.addr}
-	src := newDNSSource(dnsConfig{target: t, client: c, family: o.family, log: log, metrics: o.metrics,
-		interval: cmp.Or(o.dns.Interval, DefaultDNSInterval), maxTTL: cmp.Or(o.dnsMaxTTL, maxTTLFloor), confirmations: cmp.Or(o.dns.Confirmations, DefaultDNSConfirmations),
-		publish: func(ms []member) error { return ss.publish(ms, nil, 0, log) }})
-	ss.disc = &src.stats
+	src := discovery.NewDNS(discovery.DNSConfig{Target: discovery.DNSTarget{Addr: t.addr, Name: t.name, SRV: t.srv, Port: t.port},
+		Client: c, Family: o.family, Log: log, Report: ss.reportDiscovery(),
+		Interval: cmp.Or(o.dns.Interval, DefaultDNSInterval), MaxTTL: cmp.Or(o.dnsMaxTTL, maxTTLFloor), Confirmations: cmp.Or(o.dns.Confirmations, DefaultDNSConfirmations),
+		Publish: func(ms []discovery.Member) error { return ss.publish(toMembers(ms), nil, 0, log) }})
+	ss.disc = src
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ss.stop = cancel
@@ -242,7 +244,7 @@ func startDNS(ctx context.Context, addr string, o options) (*ServerList, error) 
 		ss.wg.Go(func() { ss.notify(bg, o.onChange) })
 	}
 	ready := make(chan struct{})
-	ss.wg.Go(func() { src.run(bg, ready) })
+	ss.wg.Go(func() { src.Run(bg, ready) })
 
 	select {
 	case <-ready:
@@ -258,7 +260,7 @@ func startDNS(ctx context.Context, addr string, o options) (*ServerList, error) 
 	}
 	if err != nil {
 		ss.Close()
-		if last := src.stats.get().LastError; last != nil {
+		if last := src.Stats().LastError; last != nil {
 			err = fmt.Errorf("%w (last error: %w)", err, last)
 		}
 		return nil, fmt.Errorf("discover %s: %w", t, err)

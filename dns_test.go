@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
 	"github.com/kubecache/k8s-memcache-selector/internal/dns"
 	"github.com/kubecache/k8s-memcache-selector/internal/dns/dnstest"
 )
@@ -384,11 +385,18 @@ func TestDNSResolvConf(t *testing.T) {
 	c := must(dnsClient(dnsTarget{}, DNS{}, p))
 	assert.Equal(t, dns.Client{Server: "127.0.0.1:53", Search: []string{"default.svc.cluster.local", "cache.svc.cluster.local"}, Ndots: 5}, c)
 	c.Server = f.Addr()
-	src := newDNSSource(dnsConfig{target: must(parseDNSTarget("dnssrv+_memcache._tcp.memcache")), client: c})
-	ms, _, err := src.lookup(context.Background())
-	require.NoError(t, err)
+	tg := must(parseDNSTarget("dnssrv+_memcache._tcp.memcache"))
+	found := make(chan []discovery.Member, 1)
+	src := discovery.NewDNS(discovery.DNSConfig{Target: discovery.DNSTarget{Addr: tg.addr, Name: tg.name, SRV: tg.srv}, Client: c,
+		Interval: time.Hour, Log: slog.New(slog.DiscardHandler), Publish: func(ms []discovery.Member) error { found <- ms; return nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); src.Run(ctx, make(chan struct{})) }()
+	ms := <-found
+	cancel()
+	<-done
 	require.Len(t, ms, 1)
-	assert.Equal(t, "memcache-0:11211", ms[0].id, "the search list found the Service in namespace cache")
+	assert.Equal(t, "memcache-0:11211", ms[0].ID, "the search list found the Service in namespace cache")
 
 	_, err = dnsClient(dnsTarget{}, DNS{}, filepath.Join(t.TempDir(), "none"))
 	assert.ErrorContains(t, err, "give one with WithDNS")

@@ -53,3 +53,14 @@ func canonical(ms []member) []member {
 	slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.id, b.id) })
 	return slices.CompactFunc(ms, func(a, b member) bool { return a.id == b.id })
 }
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}

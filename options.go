@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
 	"github.com/kubecache/k8s-memcache-selector/internal/dns"
 )
 
@@ -61,10 +62,13 @@ type options struct {
 	// Seams for tests.
 	getenv     func(string) string
 	saDir      string
-	timing     timing
+	timing     timing        // the watch's; zero: client-go's
 	resolvConf string        // resolv.conf's path
 	dnsMaxTTL  time.Duration // the longest TTL that delays a DNS lookup; 0: maxTTLFloor
 }
+
+// timing is the watch's durations, a seam for tests.
+type timing = discovery.Timing
 
 // discoveryOption returns an Option of discovery, which NewClientFromList
 // refuses: its ServerList has its discovery already.
@@ -220,25 +224,4 @@ func WithLegacyEndpoints() Option {
 // without endpoints of the family asked is logged as a warning.
 func WithIPFamily(family string) Option {
 	return discoveryOption("WithIPFamily", func(o *options) { o.family = family })
-}
-
-// clientConfig resolves the API server and its credentials: the options
-// given, or in a pod (without WithAPIServer) the in-cluster configuration.
-func (o options) clientConfig(log *slog.Logger) (clientConfig, error) {
-	cfg := clientConfig{server: o.apiServer, tokenFile: o.tokenFile, caFile: o.caFile, httpClient: o.httpClient, log: log}
-	if o.apiServer != "" {
-		return cfg, nil
-	}
-	host, port := o.getenv("KUBERNETES_SERVICE_HOST"), o.getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return cfg, ErrNotInCluster
-	}
-	cfg.server = "https://" + net.JoinHostPort(host, port)
-	if cfg.tokenFile == "" {
-		cfg.tokenFile = o.saDir + "/token"
-	}
-	if cfg.caFile == "" {
-		cfg.caFile = o.saDir + "/ca.crt"
-	}
-	return cfg, nil
 }

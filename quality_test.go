@@ -26,6 +26,8 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -318,15 +320,16 @@ func qRestart(t *testing.T, sz qualitySize, gen *qIDs, rng *rand.Rand) quality.R
 }
 
 // qPodMembers returns the members the watcher makes of pods: identity
-// hostname:port, dialled at ip:port.
+// hostname:port, dialled at ip:port (internal/discovery's tests pin that
+// rule).
 func qPodMembers(t *testing.T, pods []quality.Pod) []member {
-	eps := make([]endpoint, len(pods))
+	ms := make([]member, len(pods))
 	for i, p := range pods {
-		e, ok := newEndpoint(p.IP, 11211, p.Host, p.Host)
-		require.True(t, ok, "pod IP %s", p.IP)
-		eps[i] = e
+		ap, err := netip.ParseAddrPort(net.JoinHostPort(p.IP, "11211"))
+		require.NoError(t, err, "pod IP %s", p.IP)
+		ms[i] = member{id: p.Host + ":11211", addr: &staticAddr{network: "tcp", str: ap.String()}}
 	}
-	return identify(eps)
+	return ms
 }
 
 func qPodIPs(pods []quality.Pod) []string {

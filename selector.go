@@ -68,6 +68,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
 )
 
 // ErrNoServers is returned by PickServer when there are no servers. It is
@@ -109,13 +111,18 @@ type ServerList struct {
 	drains   bool                     // discovery reports draining endpoints
 	draining atomic.Pointer[[]string] // terminating endpoints still serving (see setDraining)
 
-	w          *watcher      // the watch, with discovery through the Kubernetes API
-	disc       *stats        // discovery's state for Stats: the watch's or DNS's; nil without discovery
+	disc       discoverer    // the watch or the DNS source, for Stats; nil without discovery
 	discovered bool          // discovery has published a set; used by its goroutine only
 	changed    chan struct{} // signals the change hook, coalesced
 	nonEmpty   chan struct{} // closed once there is a server
 	stop       context.CancelFunc
 	wg         sync.WaitGroup
+}
+
+// discoverer is what the ServerList reads of its discovery: a
+// *discovery.Watch or *discovery.DNSSource.
+type discoverer interface {
+	Stats() discovery.Stats
 }
 
 // PickServer returns the server that owns key. It does not allocate or lock.

@@ -2,7 +2,6 @@ package selector
 
 import (
 	"net"
-	"sync"
 	"time"
 )
 
@@ -24,7 +23,9 @@ type Stats struct {
 func (ss *ServerList) Stats() Stats {
 	s := Stats{Synced: true}
 	if ss.disc != nil {
-		s = ss.disc.get()
+		d := ss.disc.Stats()
+		s = Stats{Synced: d.Synced, LastSync: d.LastSync, LastError: d.LastError, LastErrorTime: d.LastErrorTime,
+			Relists: d.Relists, WatchRestarts: d.WatchRestarts}
 	}
 	s.Servers = ss.Servers()
 	return s
@@ -34,7 +35,7 @@ func (ss *ServerList) Stats() Stats {
 // is watching them, as client-go's informers do: true from NewServerList's
 // return on. A ServerList not made by NewServerList is always synced.
 func (ss *ServerList) HasSynced() bool {
-	return ss.disc == nil || ss.disc.get().Synced
+	return ss.disc == nil || ss.disc.Stats().Synced
 }
 
 // DiscoveryStats returns the state of the Client's discovery: the Stats of
@@ -46,66 +47,3 @@ func (c *Client) DiscoveryStats() Stats { return c.list.Stats() }
 // ServerList.HasSynced): always true for a Client from NewClient, which
 // returns only once it has.
 func (c *Client) HasSynced() bool { return c.list.HasSynced() }
-
-// stats is the watcher's part of Stats, shared with readers, and the
-// ServerList's Metrics, told of each change as it is recorded.
-type stats struct {
-	mu      sync.Mutex
-	s       Stats
-	failing bool // an error is the latest news: the next answer is a recovery
-
-	m       Metrics // nil for none
-	service string  // "namespace/name", for m
-}
-
-func (s *stats) get() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.s
-}
-
-func (s *stats) update(f func(*Stats)) {
-	s.mu.Lock()
-	f(&s.s)
-	s.mu.Unlock()
-}
-
-// report tells the Metrics of a change, outside the lock.
-func (s *stats) report(k DiscoveryKind, err error) {
-	if s.m != nil {
-		s.m.Discovery(DiscoveryEvent{Service: s.service, Kind: k, Err: err})
-	}
-}
-
-func (s *stats) heard() {
-	s.mu.Lock()
-	s.s.LastSync = time.Now()
-	recovered := s.failing
-	s.failing = false
-	s.mu.Unlock()
-	if recovered {
-		s.report(DiscoveryRecovered, nil)
-	}
-}
-
-func (s *stats) synced() {
-	s.update(func(st *Stats) { st.Synced = true })
-	s.report(DiscoverySynced, nil)
-}
-
-func (s *stats) relisted() {
-	s.update(func(st *Stats) { st.Relists++ })
-	s.report(DiscoveryRelist, nil)
-}
-
-func (s *stats) rewatched() {
-	s.update(func(st *Stats) { st.WatchRestarts++ })
-	s.report(DiscoveryWatchRestart, nil)
-}
-
-func (s *stats) failed(err error) {
-	s.mu.Lock()
-	s.s.LastError, s.s.LastErrorTime, s.failing = err, time.Now(), true
-	s.mu.Unlock()
-	s.report(DiscoveryError, err)
-}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,13 +53,13 @@ func withSADir(dir string) Option { return func(o *options) { o.saDir = dir } }
 // ends them.
 func fastTiming() timing {
 	return timing{
-		watchTimeout:  func() time.Duration { return time.Minute },
-		watchGrace:    time.Minute,
-		backoffBase:   2 * time.Millisecond,
-		backoffCap:    20 * time.Millisecond,
-		backoffReset:  time.Minute,
-		shortWatch:    500 * time.Millisecond,
-		maxRetryAfter: 2 * time.Second,
+		WatchTimeout:  func() time.Duration { return time.Minute },
+		WatchGrace:    time.Minute,
+		BackoffBase:   2 * time.Millisecond,
+		BackoffCap:    20 * time.Millisecond,
+		BackoffReset:  time.Minute,
+		ShortWatch:    500 * time.Millisecond,
+		MaxRetryAfter: 2 * time.Second,
 	}
 }
 
@@ -406,7 +405,7 @@ func TestShortWatchBacksOff(t *testing.T) {
 	f.set(func(f *fakeAPI) { f.emptyWatches = true })
 	listRV := f.version()
 	tm := fastTiming()
-	tm.backoffBase, tm.backoffCap = 10*time.Millisecond, 100*time.Millisecond
+	tm.BackoffBase, tm.BackoffCap = 10*time.Millisecond, 100*time.Millisecond
 	ss := start(t, f, withTiming(tm))
 
 	// Backing off, the sleeps are at least 10, 20, 40, 80, 100, 100 ms: at
@@ -429,9 +428,9 @@ func TestDeadStreamTimesOut(t *testing.T) {
 	f := newFakeAPI(t)
 	f.put(v4("memcache-a", ep("10.0.0.1")))
 	tm := fastTiming()
-	tm.watchTimeout = func() time.Duration { return 100 * time.Millisecond }
-	tm.watchGrace = 100 * time.Millisecond
-	tm.shortWatch = 10 * time.Millisecond
+	tm.WatchTimeout = func() time.Duration { return 100 * time.Millisecond }
+	tm.WatchGrace = 100 * time.Millisecond
+	tm.ShortWatch = 10 * time.Millisecond
 	ss := start(t, f, withTiming(tm))
 
 	w1 := f.waitWatch(1) // the fake never ends it
@@ -892,7 +891,7 @@ func TestRetryWaits(t *testing.T) {
 			f := newFakeAPI(t)
 			f.put(v4("memcache-a", ep("10.0.0.1")))
 			tm := fastTiming()
-			tm.backoffBase, tm.backoffCap = time.Millisecond, 300*time.Millisecond
+			tm.BackoffBase, tm.BackoffCap = time.Millisecond, 300*time.Millisecond
 			ss := start(t, f, withTiming(tm))
 			w := f.waitWatch(1)
 
@@ -917,7 +916,7 @@ func TestServerErrorsBackOff(t *testing.T) {
 		f.failNext("list", serverError)
 	}
 	tm := fastTiming()
-	tm.backoffBase, tm.backoffCap = 20*time.Millisecond, time.Second
+	tm.BackoffBase, tm.BackoffCap = 20*time.Millisecond, time.Second
 	ss := start(t, f, withTiming(tm))
 	checkServers(t, ss, hostports("10.0.0.1")...)
 
@@ -988,7 +987,7 @@ func TestLegacyEndpoints(t *testing.T) {
 		wantFirst []string // the paths before the Endpoints list
 	}{
 		{"discovery.k8s.io/v1 not served", true, nil,
-			slices.Repeat([]string{"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "/apis/discovery.k8s.io/v1"}, fallbackChecks)},
+			slices.Repeat([]string{"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "/apis/discovery.k8s.io/v1"}, 3)}, // internal/discovery's fallbackChecks,
 		{"WithLegacyEndpoints", false, []Option{WithLegacyEndpoints()}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1150,7 +1149,7 @@ func goroutines() map[string]string {
 // exited.
 func checkNoLeaks(t *testing.T, before map[string]string) {
 	t.Helper()
-	ours := []string{"(*watcher).run", "(*ServerList).notify", "net/http.(*persistConn)", "net/http.(*http2ClientConn)", "net/http.(*http2clientConnReadLoop)"}
+	ours := []string{"(*Watch).Run", "(*ServerList).notify", "net/http.(*persistConn)", "net/http.(*http2ClientConn)", "net/http.(*http2clientConnReadLoop)"}
 	var leaked []string
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -1184,7 +1183,7 @@ func TestClose(t *testing.T) {
 	require.NoError(t, ss.Close())
 	// Close has waited for the watch and change-hook goroutines.
 	for _, g := range goroutines() {
-		assert.NotContains(t, g, "(*watcher).run", "goroutine running after Close")
+		assert.NotContains(t, g, "(*Watch).Run", "goroutine running after Close")
 		assert.NotContains(t, g, "(*ServerList).notify", "goroutine running after Close")
 	}
 	require.NoError(t, ss.Close(), "a second Close")
@@ -1196,37 +1195,6 @@ func TestClose(t *testing.T) {
 	checkNoLeaks(t, before)
 	checkServers(t, ss, hostports("10.0.0.1")...) // the servers stay as they were
 	assert.Len(t, f.requests(), 2, "requests: none after Close")
-}
-
-// The timing and backoff are client-go's reflector's.
-func TestDefaultTiming(t *testing.T) {
-	tm := defaultTiming()
-	seen := map[time.Duration]bool{}
-	for range 100 {
-		d := tm.watchTimeout()
-		require.GreaterOrEqual(t, d, 5*time.Minute, "watch timeout, want [5m, 10m)")
-		require.Less(t, d, 10*time.Minute, "watch timeout, want [5m, 10m)")
-		seen[d] = true
-	}
-	assert.GreaterOrEqual(t, len(seen), 50, "distinct watch timeouts in 100, want them random")
-	assert.Equal(t, 800*time.Millisecond, tm.backoffBase, "backoff base, want client-go's")
-	assert.Equal(t, 30*time.Second, tm.backoffCap, "backoff cap, want client-go's")
-	assert.Equal(t, 2*time.Minute, tm.backoffReset, "backoff reset, want client-go's")
-	assert.Equal(t, time.Second, tm.shortWatch, "short watch, want client-go's")
-	assert.Equal(t, time.Minute, tm.maxRetryAfter, "max Retry-After")
-}
-
-func TestBackoff(t *testing.T) {
-	b := backoff{timing: defaultTiming()}
-	want := 800 * time.Millisecond
-	for i := range 10 {
-		d := b.next()
-		require.GreaterOrEqual(t, d, want, "backoff %d, want [%v, %v)", i, want, 2*want)
-		require.Less(t, d, 2*want, "backoff %d, want [%v, %v)", i, want, 2*want)
-		want = min(2*want, 30*time.Second)
-	}
-	b.last = time.Now().Add(-3 * time.Minute) // no failure for longer than backoffReset
-	assert.Less(t, b.next(), 1600*time.Millisecond, "backoff after a quiet spell, want it to start over")
 }
 
 // expire sends an in-stream 410, as the API server does for a compacted
@@ -1291,37 +1259,6 @@ func TestBurstIsOneChange(t *testing.T) {
 	require.Equal(t, 1, log.count("servers changed"), "publishes for a burst of 40 events")
 }
 
-// An event that changes no member (a slice's new resource version alone)
-// is not a change, and costs no recompute.
-func TestNoOpEvent(t *testing.T) {
-	w := newWatcher(nil, watchConfig{target: target{service: "memcache", namespace: "default", port: 11211}})
-	w.slices = map[string][]endpoint{}
-	s := v4("memcache-a", ep("10.0.0.1"), ep("10.0.0.2"))
-	mk := func(typ string, rv int) event {
-		s.Metadata.ResourceVersion = strconv.Itoa(rv)
-		b, err := json.Marshal(s)
-		require.NoError(t, err)
-		return event{Type: typ, Object: b}
-	}
-	for _, tc := range []struct {
-		name    string
-		ev      event
-		changed bool
-	}{
-		{"added", mk("ADDED", 1), true},
-		{"modified, same members", mk("MODIFIED", 2), false},
-		{"added again, same members", mk("ADDED", 3), false},
-		{"deleted", mk("DELETED", 4), true},
-		{"deleted again", mk("DELETED", 5), false},
-	} {
-		changed, err := w.apply(tc.ev, request{})
-		require.NoError(t, err, tc.name)
-		require.Equal(t, tc.changed, changed, tc.name)
-		require.Equal(t, tc.ev.Type == "DELETED", len(w.slices) == 0, tc.name)
-	}
-	require.Equal(t, "5", w.rv)
-}
-
 // Any watch that the server ends within shortWatch backs off, with events
 // or without: a server that closes each watch after one BOOKMARK is not
 // hammered.
@@ -1329,7 +1266,7 @@ func TestShortWatchWithEventsBacksOff(t *testing.T) {
 	f := newFakeAPI(t)
 	f.put(v4("memcache-a", ep("10.0.0.1")))
 	tm := fastTiming()
-	tm.backoffBase, tm.backoffCap = 10*time.Millisecond, 100*time.Millisecond
+	tm.BackoffBase, tm.BackoffCap = 10*time.Millisecond, 100*time.Millisecond
 	start(t, f, withTiming(tm))
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -1360,7 +1297,7 @@ func TestRetryAfterCapped(t *testing.T) {
 	f := newFakeAPI(t)
 	f.put(v4("memcache-a", ep("10.0.0.1")))
 	tm := fastTiming()
-	tm.maxRetryAfter = 100 * time.Millisecond
+	tm.MaxRetryAfter = 100 * time.Millisecond
 	ss := start(t, f, withTiming(tm))
 	w := f.waitWatch(1)
 	f.failNext("watch", fault{code: 429, reason: "TooManyRequests", message: "slow down", retryAfter: "86400"})

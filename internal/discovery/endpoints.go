@@ -1,4 +1,4 @@
-package selector
+package discovery
 
 import (
 	"bytes"
@@ -9,15 +9,14 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// This file turns EndpointSlices (or core/v1 Endpoints) into ring members:
-// which endpoints are eligible, on which port, in which IP family, under
-// which identity; and the union of a Service's slices.
+// This file decodes EndpointSlices (or core/v1 Endpoints) into eligible
+// endpoints: which endpoints are eligible, on which port, with which names.
+// members.go makes them members.
 
 // ErrNoPort is returned by NewServerList when the Service's endpoints have no
 // TCP port matching the address's port: use the pods' port number (the
@@ -39,147 +38,6 @@ type endpoint struct {
 	hostname, pod string // its names that can be identities, or ""
 	draining      bool   // terminating but still serving: not a member
 	zone          string // its node's topology.kubernetes.io/zone, as the EndpointSlice controller copies it, or ""
-}
-
-// union returns the members of all slices in one IP family, each under its
-// identity (see identify), canonical (see canonical), never nil. The same
-// endpoint may be in two slices at once while it moves between them, or in a
-// mirrored slice without its names: endpoints are deduplicated by address,
-// keeping the one with the most names.
-func union(bySlice map[string][]endpoint, family string) []member {
-	var all []endpoint
-	for _, eps := range bySlice {
-		for _, e := range eps {
-			if !e.draining {
-				all = append(all, e)
-			}
-		}
-	}
-	all = pickFamily(all, family)
-	slices.SortFunc(all, func(a, b endpoint) int {
-		return cmp.Or(strings.Compare(a.addr, b.addr),
-			-cmpBool(a.hostname != "", b.hostname != ""), -cmpBool(a.pod != "", b.pod != ""),
-			strings.Compare(a.hostname, b.hostname), strings.Compare(a.pod, b.pod))
-	})
-	all = slices.CompactFunc(all, func(a, b endpoint) bool { return a.addr == b.addr })
-	return canonical(identify(all))
-}
-
-// draining returns the sorted addresses of the endpoints of all slices that
-// are terminating but still serving (a pod in its grace period, whose
-// preStop hook runs) and are not members: the Client reads them for a
-// handoff until they stop serving.
-func draining(bySlice map[string][]endpoint, family string, members []member) []string {
-	var all []endpoint
-	for _, eps := range bySlice {
-		for _, e := range eps {
-			if e.draining {
-				all = append(all, e)
-			}
-		}
-	}
-	var as []string
-	for _, e := range pickFamily(all, family) {
-		if !slices.ContainsFunc(members, func(m member) bool { return m.addr.str == e.addr }) {
-			as = append(as, e.addr)
-		}
-	}
-	slices.Sort(as)
-	return slices.Compact(as)
-}
-
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
-}
-
-// identify returns the members of eps, one endpoint per address, each under
-// its identity: name:port, or else ip:port. The name is the hostname (a
-// StatefulSet pod's, which outlives its IP) if no other endpoint has it as
-// hostname or pod name: the pods of a Deployment with spec.hostname and
-// spec.subdomain share one. Else it is the pod name, if no other endpoint has
-// it as pod name, as it has while a slice lists a pod at an old address. A
-// name used is so the only one of its kind among all names, and never an IP
-// address (isSubdomain refuses those): distinct addresses are always
-// distinct members.
-func identify(eps []endpoint) []member {
-	names := make(map[string]int, 2*len(eps)) // endpoints with a hostname or pod name
-	pods := make(map[string]int, len(eps))    // endpoints with a pod name
-	for _, e := range eps {
-		if e.hostname != "" {
-			names[e.hostname]++
-		}
-		if e.pod != "" && e.pod != e.hostname {
-			names[e.pod]++
-		}
-		if e.pod != "" {
-			pods[e.pod]++
-		}
-	}
-	ms := make([]member, len(eps))
-	for i, e := range eps {
-		port := e.addr[strings.LastIndexByte(e.addr, ':')+1:]
-		id := e.addr
-		switch {
-		case e.hostname != "" && names[e.hostname] == 1:
-			id = e.hostname + ":" + port
-		case e.pod != "" && pods[e.pod] == 1:
-			id = e.pod + ":" + port
-		}
-		ms[i] = member{id: id, addr: &staticAddr{network: "tcp", str: e.addr}, zone: e.zone}
-	}
-	return ms
-}
-
-// equalMembers reports whether a and b have the same ids at the same
-// addresses.
-func equalMembers(a, b []member) bool {
-	return slices.EqualFunc(a, b, func(x, y member) bool { return x.id == y.id && x.addr.str == y.addr.str && x.zone == y.zone })
-}
-
-// pickFamily keeps the endpoints of one IP family: the one asked for, or
-// IPv4 if there are any IPv4 endpoints and IPv6 if not. A dual-stack pod is
-// in an IPv4 slice and an IPv6 slice, and must count once.
-func pickFamily(eps []endpoint, family string) []endpoint {
-	if family == "" {
-		family = "IPv6"
-		if slices.ContainsFunc(eps, func(e endpoint) bool { return isIPv4(e.addr) }) {
-			family = "IPv4"
-		}
-	}
-	return slices.DeleteFunc(eps, func(e endpoint) bool { return isIPv4(e.addr) != (family == "IPv4") })
-}
-
-// families returns the IP families of the endpoints of all slices that
-// are not draining, in order: "IPv4", "IPv6".
-func families(bySlice map[string][]endpoint) []string {
-	var v4, v6 bool
-	for _, eps := range bySlice {
-		for _, e := range eps {
-			if !e.draining {
-				v4, v6 = v4 || isIPv4(e.addr), v6 || !isIPv4(e.addr)
-			}
-		}
-	}
-	var fs []string
-	if v4 {
-		fs = append(fs, "IPv4")
-	}
-	if v6 {
-		fs = append(fs, "IPv6")
-	}
-	return fs
-}
-
-func isIPv4(hostport string) bool {
-	ap, err := netip.ParseAddrPort(hostport)
-	return err == nil && ap.Addr().Is4()
 }
 
 // decode turns an EndpointSlice or Endpoints object into its name, resource
@@ -283,6 +141,14 @@ func usable(a netip.Addr) bool {
 	return a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
 		!a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
+
+// dns1123Label is Kubernetes' DNS-1123 label, as the root's address parser
+// has it too.
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// maxDNSName is the length of the longest DNS name (RFC 1035's 255 octets
+// on the wire, less the first length octet and the root).
+const maxDNSName = 253
 
 // dns1123Subdomain is Kubernetes' DNS-1123 subdomain, less the length limit.
 var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)

@@ -1,4 +1,4 @@
-package selector
+package discovery
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,62 +25,79 @@ import (
 // for, when the answer's additional section lacks them.
 const maxTargetLookups = 256
 
-// dnsConfig is what a dnsSource needs: explicit values, not the options.
-type dnsConfig struct {
-	target        dnsTarget
-	client        dns.Client
-	family        string // "IPv4", "IPv6" or "" for either
-	interval      time.Duration
-	maxTTL        time.Duration // the longest TTL that delays a lookup
-	confirmations int           // answers without servers in a row that empty the set; negative: never
-	log           *slog.Logger
-	metrics       Metrics
-	publish       func(ms []member) error
+// DNSTarget is the name a DNSSource looks up, from the root's parsed
+// address.
+type DNSTarget struct {
+	Addr string // as given, for messages
+	Name string // the name to ask for
+	SRV  bool   // SRV records of Name; else A or AAAA records of Name
+	Port int    // the servers' port, for A and AAAA
 }
 
-// dnsSource runs discovery by DNS for one name. Its fields are used only
-// by the goroutine running run, but for stats, which has its own lock.
-type dnsSource struct {
-	dnsConfig
+// DNSConfig is what a DNSSource needs: explicit values, not the root's
+// options.
+type DNSConfig struct {
+	Target        DNSTarget
+	Client        dns.Client
+	Family        string        // "IPv4", "IPv6" or "" for either
+	Interval      time.Duration // between lookups
+	MaxTTL        time.Duration // the longest TTL that delays a lookup
+	Confirmations int           // answers without servers in a row that empty the set; negative: never
+	Log           *slog.Logger
+	Report        Report // nil for none
+	// Publish takes the members after the first answer and after every
+	// change. A set it refuses is logged, and the last set stays.
+	Publish func(ms []Member) error
+}
+
+// DNSSource runs discovery by DNS for one name. Its fields are used only
+// by the goroutine running Run, but for stats, which has its own lock.
+type DNSSource struct {
+	DNSConfig
 	stats     stats
-	published []member // nil before the first set
+	published []Member // nil before the first set
 	empties   int      // answers without servers in a row
 	skipped   string   // the SRV targets last said to be skipped, so as not to repeat it
 }
 
-func newDNSSource(cfg dnsConfig) *dnsSource {
-	d := &dnsSource{dnsConfig: cfg}
-	d.stats.m, d.stats.service = cfg.metrics, cfg.target.addr
+// NewDNS returns the DNSSource of cfg. Run starts it.
+func NewDNS(cfg DNSConfig) *DNSSource {
+	d := &DNSSource{DNSConfig: cfg}
+	d.stats.report = cfg.Report
 	return d
 }
 
-// run looks up the name until ctx is done. It closes ready once the first
+// Stats returns the state of the lookups. It is safe to call from any
+// goroutine.
+func (d *DNSSource) Stats() Stats { return d.stats.get() }
+
+// Run looks up the name until ctx is done. It closes ready once the first
 // answer is published, which an answer without servers is too, so that
 // NewServerList returns as it does for a Service without endpoints yet;
 // until then a failing lookup is retried sooner than the interval.
-func (d *dnsSource) run(ctx context.Context, ready chan<- struct{}) {
-	b := backoff{timing: timing{backoffBase: 100 * time.Millisecond, backoffCap: d.interval, backoffReset: time.Minute}}
+func (d *DNSSource) Run(ctx context.Context, ready chan<- struct{}) {
+	b := backoff{Timing: Timing{BackoffBase: 100 * time.Millisecond, BackoffCap: d.Interval, BackoffReset: time.Minute}}
 	for {
 		// One lookup, its SRV targets' included, within four times the
 		// tries of one query, so that a slow server delays the next only so
 		// much.
-		lctx, cancel := context.WithTimeout(ctx, 4*2*cmp.Or(d.client.Timeout, dns.DefaultTimeout))
+		lctx, cancel := context.WithTimeout(ctx, 4*2*cmp.Or(d.Client.Timeout, dns.DefaultTimeout))
 		ms, ttl, err := d.lookup(lctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		d.apply(ms, err)
-		wait := d.interval
+		wait := d.Interval
 		switch {
 		case d.published == nil:
-			wait = min(b.next(), d.interval)
+			wait = min(b.next(), d.Interval)
 		case !d.stats.get().Synced:
 			d.stats.synced()
 			close(ready)
 		}
 		if err == nil && d.published != nil {
-			wait = max(wait, min(ttl, d.maxTTL)) // the TTL is a floor, up to maxTTL
+			wait = max(wait, min(ttl, d.MaxTTL)) // the TTL is a floor, up to maxTTL
 		}
 		t := time.NewTimer(wait + rand.N(wait/10+1))
 		select {
@@ -95,13 +113,13 @@ func (d *dnsSource) run(ctx context.Context, ready chan<- struct{}) {
 // with servers is published; one without, or NXDOMAIN, is published where
 // there are no servers yet, and otherwise counted towards the confirmations
 // that empty them.
-func (d *dnsSource) apply(ms []member, err error) {
+func (d *DNSSource) apply(ms []Member, err error) {
 	notFound := errors.Is(err, dns.ErrNotFound)
 	switch {
 	case err != nil && !notFound:
 		err = d.explain(err)
 		d.stats.failed(err)
-		d.log.Error("DNS lookup failed; keeping the servers and retrying", keyError, err.Error(), keyServers, len(d.published))
+		d.Log.Error("DNS lookup failed; keeping the servers and retrying", keyError, err.Error(), keyServers, len(d.published))
 		return
 	case notFound:
 		err = d.explain(err)
@@ -115,34 +133,34 @@ func (d *dnsSource) apply(ms []member, err error) {
 	// err is now why there is no server, if there is none.
 	if len(ms) > 0 || len(d.published) == 0 {
 		if err != nil && d.published == nil {
-			d.log.Warn("DNS has no server for the address yet", keyError, err.Error())
+			d.Log.Warn("DNS has no server for the address yet", keyError, err.Error())
 		}
 		d.empties = 0
 		d.set(ms)
 		return
 	}
 	d.empties++
-	if d.confirmations < 0 || d.empties < d.confirmations {
+	if d.Confirmations < 0 || d.empties < d.Confirmations {
 		if d.empties == 1 { // once for a run of them
-			d.log.Warn(fmt.Sprintf("DNS answered no server; keeping the servers (%s empty them)", confirmationsText(d.confirmations)),
+			d.Log.Warn(fmt.Sprintf("DNS answered no server; keeping the servers (%s empty them)", confirmationsText(d.Confirmations)),
 				keyError, err.Error(), keyServers, len(d.published))
 		}
 		return
 	}
-	d.log.Warn(fmt.Sprintf("DNS answered no server %d times in a row; emptying the servers", d.empties), keyError, err.Error())
+	d.Log.Warn(fmt.Sprintf("DNS answered no server %d times in a row; emptying the servers", d.empties), keyError, err.Error())
 	d.set(nil)
 }
 
 // set publishes ms if they differ from the set published.
-func (d *dnsSource) set(ms []member) {
+func (d *DNSSource) set(ms []Member) {
 	if ms == nil {
-		ms = []member{}
+		ms = []Member{}
 	}
-	if d.published != nil && equalMembers(ms, d.published) {
+	if d.published != nil && slices.Equal(ms, d.published) {
 		return
 	}
-	if err := d.publish(ms); err != nil {
-		d.log.Error("refusing DNS's servers; keeping the servers", keyError, err.Error(), keyServers, len(d.published))
+	if err := d.Publish(ms); err != nil {
+		d.Log.Error("refusing DNS's servers; keeping the servers", keyError, err.Error(), keyServers, len(d.published))
 		return
 	}
 	d.published = ms
@@ -159,11 +177,11 @@ func confirmationsText(n int) string {
 var errEmptyAnswer = errors.New("the DNS answer has no records")
 
 // lookup asks DNS for the members, and the least TTL of the answer.
-func (d *dnsSource) lookup(ctx context.Context) ([]member, time.Duration, error) {
-	if !d.target.srv {
+func (d *DNSSource) lookup(ctx context.Context) ([]Member, time.Duration, error) {
+	if !d.Target.SRV {
 		return d.lookupA(ctx)
 	}
-	ans, err := d.client.Lookup(ctx, d.target.name, dns.TypeSRV)
+	ans, err := d.Client.Lookup(ctx, d.Target.Name, dns.TypeSRV)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -202,35 +220,35 @@ func (d *dnsSource) lookup(ctx context.Context) ([]member, time.Duration, error)
 	if s := strings.Join(skipped, "; "); s != d.skipped {
 		d.skipped = s
 		if s != "" {
-			d.log.Warn("skipping SRV targets", keyError, s)
+			d.Log.Warn("skipping SRV targets", keyError, s)
 		}
 	}
-	return union(map[string][]endpoint{"": eps}, d.family), ttlOf(ans.TTL), nil
+	return union(map[string][]endpoint{"": eps}, d.Family), ttlOf(ans.TTL), nil
 }
 
 // lookupA asks for the A records of the name, and if there are none (or
 // WithIPFamily says IPv6) its AAAA records.
-func (d *dnsSource) lookupA(ctx context.Context) ([]member, time.Duration, error) {
+func (d *DNSSource) lookupA(ctx context.Context) ([]Member, time.Duration, error) {
 	var eps []endpoint
 	var ttl uint32
 	for _, t := range d.types() {
-		ans, err := d.client.Lookup(ctx, d.target.name, t)
+		ans, err := d.Client.Lookup(ctx, d.Target.Name, t)
 		if err != nil {
 			return nil, 0, err
 		}
 		for _, r := range ans.Records {
-			eps = append(eps, endpoint{addr: net.JoinHostPort(r.Addr.Unmap().String(), strconv.Itoa(d.target.port))})
+			eps = append(eps, endpoint{addr: net.JoinHostPort(r.Addr.Unmap().String(), strconv.Itoa(d.Target.Port))})
 		}
 		if ttl = ans.TTL; len(eps) > 0 {
 			break
 		}
 	}
-	return union(map[string][]endpoint{"": eps}, d.family), ttlOf(ttl), nil
+	return union(map[string][]endpoint{"": eps}, d.Family), ttlOf(ttl), nil
 }
 
 // types returns the address record types to ask for, in order.
-func (d *dnsSource) types() []dns.Type {
-	switch d.family {
+func (d *DNSSource) types() []dns.Type {
+	switch d.Family {
 	case "IPv4":
 		return []dns.Type{dns.TypeA}
 	case "IPv6":
@@ -243,7 +261,7 @@ func (d *dnsSource) types() []dns.Type {
 // target and family (the least, so that a target with several keeps one
 // address): from the additional section, or for targets it lacks from
 // their own lookups, at most maxTargetLookups of them.
-func (d *dnsSource) targetAddrs(ctx context.Context, ans dns.Answer) (map[string][]string, error) {
+func (d *DNSSource) targetAddrs(ctx context.Context, ans dns.Answer) (map[string][]string, error) {
 	v4, v6 := map[string]string{}, map[string]string{}
 	note := func(r dns.Record) {
 		m := v6
@@ -268,7 +286,7 @@ func (d *dnsSource) targetAddrs(ctx context.Context, ans dns.Answer) (map[string
 			return nil, fmt.Errorf("the SRV answer has more than %d targets without addresses in its additional section", maxTargetLookups)
 		}
 		for _, t := range d.types() {
-			a, err := d.client.Lookup(ctx, r.Target+".", t)
+			a, err := d.Client.Lookup(ctx, r.Target+".", t)
 			if errors.Is(err, dns.ErrNotFound) {
 				break // the target is gone: skipped, and said so
 			}
@@ -306,20 +324,20 @@ func srvParent(name string) string {
 func ttlOf(s uint32) time.Duration { return time.Duration(s) * time.Second }
 
 // explain returns err with what it means for the address, and the fix.
-func (d *dnsSource) explain(err error) error {
-	t := d.target
+func (d *DNSSource) explain(err error) error {
+	t := d.Target
 	var de *dns.Error
 	errors.As(err, &de)
 	switch {
-	case errors.Is(err, dns.ErrNotFound) && t.srv:
+	case errors.Is(err, dns.ErrNotFound) && t.SRV:
 		return fmt.Errorf("the SRV name does not exist: check the Service's name and namespace, that it is headless (clusterIP: None) and has a port named as the address's first label, and that its pods are ready: %w", err)
 	case errors.Is(err, dns.ErrNotFound):
 		return fmt.Errorf("the name does not exist: check the Service's name and namespace, that it is headless (clusterIP: None), and that its pods are ready: %w", err)
-	case errors.Is(err, errEmptyAnswer) && t.srv:
+	case errors.Is(err, errEmptyAnswer) && t.SRV:
 		return fmt.Errorf("no SRV records for %s: check that the Service has a port named %s with protocol %s and ready pods: %w",
-			t.name, strings.TrimPrefix(strings.SplitN(t.name, ".", 2)[0], "_"), strings.ToUpper(strings.TrimPrefix(strings.Split(t.name, ".")[1], "_")), err)
+			t.Name, strings.TrimPrefix(strings.SplitN(t.Name, ".", 2)[0], "_"), strings.ToUpper(strings.TrimPrefix(strings.Split(t.Name, ".")[1], "_")), err)
 	case errors.Is(err, errEmptyAnswer):
-		return fmt.Errorf("no A or AAAA records for %s (or none of WithIPFamily's family): check that the Service has ready pods: %w", t.name, err)
+		return fmt.Errorf("no A or AAAA records for %s (or none of WithIPFamily's family): check that the Service has ready pods: %w", t.Name, err)
 	case errors.Is(err, dns.ErrTimeout) && de != nil:
 		return fmt.Errorf("the DNS server %s did not answer in time: check that it is reachable from here (in a pod, the cluster DNS), or give another with WithDNS(DNS{Server: ...}), or a longer Timeout: %w", de.Server, err)
 	case errors.Is(err, dns.ErrServerFailure), errors.Is(err, dns.ErrRefused):

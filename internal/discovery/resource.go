@@ -1,4 +1,4 @@
-package selector
+package discovery
 
 import (
 	"maps"
@@ -44,4 +44,11 @@ func (r resource) request(verb string, params ...string) (request, url.Values) {
 		q.Set(params[i], params[i+1])
 	}
 	return req, q
+}
+
+// target is the Service a watch follows, from the root's parsed address.
+type target struct {
+	service, namespace string
+	port               int    // the target port number, or 0 if portName is set
+	portName           string // the Service port name
 }
