@@ -181,7 +181,7 @@ bench-deps:
 # bench, whose report includes them.
 bench-e2e:
 	rm -f bench-e2e.md
-	bash e2e/run.sh -test.run '^(TestConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientMovesAtScale|TestClientMovesManyClients|TestClientSockets|TestPoolReplicated|TestPoolZones|TestPoolAcrossServices)$$' -e2e.report $(CURDIR)/bench-e2e.md
+	bash e2e/run.sh -test.run '^(TestConvergence|TestDNSConvergence|TestRollingRestart|TestRollingRestartAtScale|TestManyClients|TestClientKill|TestClientHung|TestClientRollingRestart|TestClientMovesAtScale|TestClientMovesManyClients|TestClientSockets|TestPoolReplicated|TestPoolZones|TestPoolAcrossServices)$$' -e2e.report $(CURDIR)/bench-e2e.md
 	E2E_MOVES_PER_POD=1000000 E2E_TIMEOUT=40m bash e2e/run.sh -test.run '^TestClientMovesAtScale$$' -e2e.report $(CURDIR)/bench-e2e.md
 	-$(MAKE) histcheck-long
 	$(MAKE) bench

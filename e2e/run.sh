@@ -8,7 +8,8 @@
 # 1. installs what a fresh Debian machine lacks (memcached, ip, unshare);
 # 2. builds etcd, kube-apiserver and kube-controller-manager from the Go
 #    module proxy into e2e/.bin (the first build takes minutes, later ones hit
-#    the Go build cache), examples/demo into e2e/.bin/demo-app, and the suite
+#    the Go build cache), CoreDNS (e2e/coredns, its own module) into
+#    e2e/.bin/coredns, examples/demo into e2e/.bin/demo-app, and the suite
 #    into e2e/.bin/e2e.test (or the demo's orchestrator, e2e/cmd/demo, into
 #    e2e/.bin/demo);
 # 3. runs the suite (or the demo) as root in a private network namespace
@@ -78,6 +79,17 @@ else
 	log "building etcd, kube-apiserver, kube-controller-manager from source (first run only, about 8 minutes on 2 cores)"
 fi
 build "the control plane" go build -o .bin/ ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager
+# CoreDNS, with its kubernetes plugin, for the tests of discovery by DNS (the
+# demo does not use it). A module of its own: its dependencies do not move
+# the control plane's.
+if [ "$mode" = e2e ]; then
+	if [ -x .bin/coredns ]; then
+		log "building CoreDNS (seconds when the Go build cache is warm)"
+	else
+		log "building CoreDNS from source (first run only, about 5 minutes on 2 cores)"
+	fi
+	build "CoreDNS" go -C coredns build -o "$PWD/.bin/coredns" .
+fi
 # examples/demo is in the root module; the demo and TestDemo run it.
 build "examples/demo" go -C .. build -o "$PWD/.bin/demo-app" ./examples/demo
 if [ "$mode" = demo ]; then
@@ -89,7 +101,8 @@ else
 fi
 
 # --- 3. run in a private network namespace ------------------------------------
-# Pods get 10.244.0.1-250, the API servers 10.244.255.254; all on lo.
+# Pods get 10.244.0.1-250, the API servers 10.244.255.254, CoreDNS
+# 10.244.255.253; all on lo.
 if [ "$mode" = demo ]; then
 	log "running the demo in a private network namespace (unshare -n): nothing it starts can reach another network"
 else
@@ -102,6 +115,7 @@ ip link set lo up
 {
 	for i in $(seq 1 250); do echo "addr add 10.244.0.$i/32 dev lo"; done
 	echo "addr add 10.244.255.254/32 dev lo"
+	echo "addr add 10.244.255.253/32 dev lo"
 } | ip -batch -
 exec "$@"
 ' netns "$@"
