@@ -101,28 +101,38 @@ func (c *Client) probe(s *server, delay time.Duration) {
 // probed until it takes them: a Client started after they move back reads
 // the record, and it would be missing them.
 func (c *Client) probeLoop(s *server, delay time.Duration) {
-	defer func() {
-		c.mu.Lock()
-		s.probing = false
-		c.mu.Unlock()
-	}()
 	for {
 		t := time.NewTimer(time.Duration(float64(delay) * (1.05 + 0.45*rand.Float64())))
 		select {
 		case <-c.ctx.Done():
 			t.Stop()
+			c.endProbe(s, true)
 			return
 		case <-t.C:
 		}
 		if s.status() == gone {
-			if !c.owedWhileGone(s) || c.payOwed(s) {
+			if (!c.owedWhileGone(s) || c.payOwed(s)) && c.endProbe(s, false) {
 				return
 			}
-		} else if err := s.call(func(w wire) error { return w.Ping(c.ctx) }); err == nil && c.recover(s) {
+		} else if err := s.call(func(w wire) error { return w.Ping(c.ctx) }); err == nil && c.recover(s) && c.endProbe(s, false) {
 			return
 		}
 		delay = min(max(delay, c.cfg.probeMin)*3/2, c.cfg.probeMax)
 	}
+}
+
+// endProbe ends s's probe, and reports whether it did: not if s is out
+// again (a server that returned while its probe wrote what it owed, or one
+// taken out again as it came back), whose probe goes on, as the call that
+// took it out, finding it running, started none; unless force.
+func (c *Client) endProbe(s *server, force bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !force && s.status() == down {
+		return false
+	}
+	s.probing = false
+	return true
 }
 
 // outCap bounds how many servers may be out at once after timeouts (soft
