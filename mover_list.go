@@ -84,8 +84,9 @@ func placedAt(rt *routing, p *server, h uint64) bool {
 	if rt.baseOwner(h) == p || rt.liveSrv[rt.live.owner(h)] == p {
 		return true
 	}
-	for _, q := range rt.past {
-		if q.srv[q.r.owner(h)] == p {
+	var buf [maxPastRings]*server
+	for _, q := range rt.pastOwners(h, buf[:0]) {
+		if q == p {
 			return true
 		}
 	}
