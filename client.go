@@ -358,7 +358,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	c.mu.Unlock()
 	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
 	losses = withOwed(losses, gained)
-	if len(rt.past) > 0 && rt.added {
+	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}
 	var wg sync.WaitGroup

@@ -27,23 +27,14 @@ import (
 // Hashing); Ketama and Ch3 rings, for sharing a pool with other clients,
 // have no slots, and are not covered (see the README's "Consistency").
 //
-// The slots' gains are kept as runs of slots (see slotRuns): a change moves
-// slots in runs, and a table of every slot took 4 MB, more than the ring of
-// a few servers itself. Record runs under the Client's refreshing lock,
-// before the routing it compares is published; each change publishes a new
-// gainTable, and reads are lock-free.
+// The table (4 MB) is made at the first change that moves a slot. Record
+// runs under the Client's refreshing lock, before the routing it compares
+// is published; reads are lock-free.
 type gains struct {
-	table atomic.Pointer[gainTable]
-	lost  atomic.Pointer[gainRuns] // the last change's (see record)
-	mu    sync.Mutex               // serializes record and compaction
-}
-
-// gainTable is the gains and the slots that refer to them, published
-// together, so that a slot's index is always one of its events. Replaced,
-// never changed in place.
-type gainTable struct {
-	events []*gain  // index 0 unused
-	slots  slotRuns // per slot: an index into events, or 0
+	slots  []atomic.Uint32           // per slot: an index into events, or 0
+	events atomic.Pointer[[]*gain]   // index 0 unused; replaced, never changed in place
+	lost   atomic.Pointer[[]gainRun] // the last change's (see record)
+	mu     sync.Mutex                // serializes record and compaction
 }
 
 // gain is one server's gain of slots at one change.
@@ -53,25 +44,11 @@ type gain struct {
 	started atomic.Int64  // the process start the floor was taken in (see serverStart)
 }
 
-// gainRun is a run of slots, lo to hi, and a gain.
+// gainRun is a run of slots, lo to hi, and the gain they had in a past
+// ring: the one their server there gained them at, or nil.
 type gainRun struct {
 	lo, hi uint32
 	e      *gain
-}
-
-// gainRuns is the gains that slots had in a past ring: the one their server
-// there gained them at, or nil (see past.gains).
-type gainRuns struct {
-	runs  slotRuns // per slot: 0, or 1 + an index into gains
-	gains []*gain
-}
-
-// at returns slot's gain, or nil.
-func (r *gainRuns) at(slot uint32) *gain {
-	if v := r.runs.at(slot); v != 0 {
-		return r.gains[v-1]
-	}
-	return nil
 }
 
 // record notes the slots that old and new give to different servers. It
@@ -79,35 +56,30 @@ func (r *gainRuns) at(slot uint32) *gain {
 // the gains those slots had in old, for old's past ring (see past.gains):
 // runs in slot order, and the slots each server of old lost, for its
 // record (see lostKey).
-func (g *gains) record(old, new *routing) (added []*gain, lost gainRuns, losses []loss) {
+func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses []loss) {
 	if old != nil && old.live != nil && old.live.alt == nil && new.live == nil {
-		return nil, gainRuns{}, lostAll(old) // every server left (a replicated pool's pod; a zone)
+		return nil, nil, lostAll(old) // every server left (a replicated pool's pod; a zone)
 	}
 	if old == nil || old.live == nil || new.live == nil || old.live.alt != nil || new.live.alt != nil || sameServers(old, new) {
-		return nil, gainRuns{}, nil
+		return nil, nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.begin(new.past)
-	evs := t.events
-	// The gains the slots had (lost) are published before any slot refers
-	// to the new ones, and the new gains with the slots, so that a read
-	// through the routing still in use finds each slot's gains as soon as
-	// the slot is marked: a gaining server (which it may reach already, as
-	// the successor of one that left) with its floor unknown, so that
-	// nothing of the slot is served there until it is taken; a losing
-	// server, its owner there, with its floor (see of).
+	evs := g.begin(new.past)
+	// The gains, and the ones the slots had (lost), are published before
+	// any slot refers to the new ones, so that a read through the routing
+	// still in use finds each slot's gains as soon as the slot is marked: a
+	// gaining server (which it may reach already, as the successor of one
+	// that left) with its floor unknown, so that nothing of the slot is
+	// served there until it is taken; a losing server, its owner there,
+	// with its floor (see of).
 	ot, nt := &old.live.table, &new.live.table
-	had := newRunCursor(&t.slots)
 	var moved []gainRun // the slots that change server, in runs, with the gain they go to
 	byServer := map[*server]uint32{}
 	byLoser := map[*server]int{}
 	var prevNs, prevOs *server // the last changed slot's: most slots change in long runs
 	var ev uint32
 	var k int
-	var lb runsBuilder // lost's runs
-	lostIdx := map[*gain]uint32{}
-	next := uint32(0) // the slot after the last one that moved
 	for i := range uint64(1 << slotBits) {
 		ns, os := new.liveSrv[nt.owner(i)], old.liveSrv[ot.owner(i)]
 		if ns == os {
@@ -136,32 +108,22 @@ func (g *gains) record(old, new *routing) (added []*gain, lost gainRuns, losses 
 		} else {
 			moved = append(moved, gainRun{lo: slot, hi: slot, e: evs[ev]})
 		}
-		if slot != next {
-			lb.set(next, 0) // slots that did not move
-		}
-		next = slot + 1
-		var v uint32
-		if e := evs[had.at(slot)]; e != nil {
-			var ok bool
-			if v, ok = lostIdx[e]; !ok {
-				lost.gains = append(lost.gains, e)
-				v = uint32(len(lost.gains))
-				lostIdx[e] = v
+		if e := evs[g.slots[i].Load()]; e != nil {
+			if n := len(lost); n > 0 && lost[n-1].e == e && lost[n-1].hi == slot-1 {
+				lost[n-1].hi++
+			} else {
+				lost = append(lost, gainRun{lo: slot, hi: slot, e: e})
 			}
 		}
-		lb.set(slot, v)
 	}
-	if next < numSlots {
-		lb.set(next, 0)
-	}
-	lost.runs = lb.done()
-	lost.gains = slices.Clip(lost.gains)
+	g.events.Store(&evs)
 	g.lost.Store(&lost)
-	rs := make([]valRun, len(moved))
-	for i, r := range moved {
-		rs[i] = valRun{lo: r.lo, hi: r.hi, v: byServer[r.e.s]}
+	for _, r := range moved {
+		ev := byServer[r.e.s]
+		for i := r.lo; i <= r.hi; i++ {
+			g.slots[i].Store(ev)
+		}
 	}
-	g.table.Store(&gainTable{events: evs, slots: t.slots.with(rs)})
 	return added, lost, losses
 }
 
@@ -178,8 +140,7 @@ func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.begin(rt.past)
-	evs := t.events
+	evs := g.begin(rt.past)
 	byFloor := map[uint64]uint32{}
 	for _, r := range rec.runs {
 		if _, ok := byFloor[r.floor]; !ok {
@@ -190,22 +151,15 @@ func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
 			evs = append(evs, e)
 		}
 	}
-	var rs []valRun
-	lt, had := &rt.live.table, newRunCursor(&t.slots)
+	g.events.Store(&evs)
+	t := &rt.live.table
 	for _, r := range rec.runs {
-		v := byFloor[r.floor]
-		for i := r.lo; i <= r.hi && i < numSlots; i++ {
-			if had.at(i) != 0 || rt.liveSrv[lt.owner(uint64(i))] != s {
-				continue
-			}
-			if n := len(rs); n > 0 && rs[n-1].hi+1 == i && rs[n-1].v == v {
-				rs[n-1].hi++
-			} else {
-				rs = append(rs, valRun{lo: i, hi: i, v: v})
+		for i := r.lo; i <= r.hi; i++ {
+			if g.slots[i].Load() == 0 && rt.liveSrv[t.owner(uint64(i))] == s {
+				g.slots[i].Store(byFloor[r.floor])
 			}
 		}
 	}
-	g.table.Store(&gainTable{events: evs, slots: t.slots.with(rs)})
 }
 
 // lostAll returns the slots of each server of rt's live ring.
@@ -245,18 +199,18 @@ func lossOf(losses *[]loss, byLoser map[*server]int, s *server) int {
 	return k
 }
 
-// begin returns the table with a copy of its gains, to add to, compacted
-// past maxGainEvents (kept: the gains of past rings). Called with g.mu
-// held.
-func (g *gains) begin(kept []past) gainTable {
-	t := gainTable{events: g.list()}
-	if p := g.table.Load(); p != nil {
-		t.slots = p.slots
+// begin makes the table if there is none, and returns a copy of the gains
+// to add to, compacted past maxGainEvents (kept: the gains of past rings).
+// Called with g.mu held.
+func (g *gains) begin(kept []past) []*gain {
+	if g.slots == nil {
+		g.slots = make([]atomic.Uint32, 1<<slotBits)
 	}
-	if len(t.events) > maxGainEvents {
-		t = compact(t, kept)
+	evs := g.list()
+	if len(evs) > maxGainEvents {
+		evs = g.compact(evs, kept)
 	}
-	return t
+	return evs
 }
 
 // maxGainEvents is how many gains are kept before the ones no slot refers
@@ -265,38 +219,41 @@ const maxGainEvents = 1 << 12
 
 // list returns the gains, with the unused index 0.
 func (g *gains) list() []*gain {
-	if p := g.table.Load(); p != nil {
-		return slices.Clone(p.events)
+	if p := g.events.Load(); p != nil {
+		return append([]*gain(nil), *p...)
 	}
 	return []*gain{nil}
 }
 
-// compact drops the gains of t that no slot refers to any more, and
-// renumbers the slots. The gains of the past rings kept are kept too, for
-// restarted.
-func compact(t gainTable, kept []past) gainTable {
-	evs := t.events
+// compact drops the gains that no slot refers to any more, and renumbers
+// the slots. The gains of the past rings kept are kept too, for restarted.
+// Called with g.mu held.
+func (g *gains) compact(evs []*gain, kept []past) []*gain {
 	remap := make([]uint32, len(evs))
 	out := []*gain{nil}
 	inPast := map[*gain]bool{}
 	for _, p := range kept {
-		for _, e := range p.gains.gains {
-			inPast[e] = true
+		for _, r := range p.gains {
+			inPast[r.e] = true
 		}
 	}
-	slots := t.slots.mapped(func(idx uint32) uint32 {
-		if idx != 0 && remap[idx] == 0 {
+	for i := range g.slots {
+		idx := g.slots[i].Load()
+		if idx == 0 {
+			continue
+		}
+		if remap[idx] == 0 {
 			remap[idx] = uint32(len(out))
 			out = append(out, evs[idx])
 		}
-		return remap[idx]
-	})
+		g.slots[i].Store(remap[idx])
+	}
 	for i, e := range evs {
 		if i > 0 && remap[i] == 0 && inPast[e] {
 			out = append(out, e)
 		}
 	}
-	return gainTable{events: out, slots: slots}
+	return out
 }
 
 // of returns s's latest gain of the slot of hash h: the slot's gain now if
@@ -305,39 +262,56 @@ func compact(t gainTable, kept []past) gainTable {
 // start of its latest time as the slot's owner, or later: a value there
 // from before it predates a time the slot was elsewhere.
 func (g *gains) of(s *server, h uint64, pastRings []past) *gain {
-	t := g.table.Load()
-	if t == nil {
+	p := g.events.Load()
+	if p == nil {
 		return nil
 	}
-	slot := uint32(slotOf(h))
-	idx := t.slots.at(slot)
-	if idx == 0 || int(idx) >= len(t.events) {
+	idx := g.slots[slotOf(h)].Load()
+	if idx == 0 || int(idx) >= len(*p) {
 		return nil // the slot never moved: no past ring has a gain of it
 	}
-	if e := t.events[idx]; e.s == s {
+	if e := (*p)[idx]; e.s == s {
 		return e
 	}
 	// The last change's runs are its past ring's too, once the routing it
 	// made is published; until then, they are only here.
+	slot := uint32(slotOf(h))
 	if lp := g.lost.Load(); lp != nil {
-		if e := lp.at(slot); e != nil && e.s == s {
+		if e := runOf(*lp, slot); e != nil && e.s == s {
 			return e
 		}
 	}
 	for _, pr := range pastRings {
-		if e := pr.gains.at(slot); e != nil && e.s == s {
+		if e := runOf(pr.gains, slot); e != nil && e.s == s {
 			return e
 		}
 	}
 	return nil
 }
 
+// runOf returns the gain of slot in runs, or nil.
+func runOf(runs []gainRun, slot uint32) *gain {
+	i, found := slices.BinarySearchFunc(runs, slot, func(r gainRun, s uint32) int {
+		switch {
+		case r.hi < s:
+			return -1
+		case r.lo > s:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return nil
+	}
+	return runs[i].e
+}
+
 // restarted drops the floors of s's gains taken in a process other than
 // the one that started at start: s restarted since, and its CAS ids started
 // from 1 again (it holds nothing from before).
 func (g *gains) restarted(s *server, start int64) {
-	if t := g.table.Load(); t != nil {
-		for _, e := range t.events { // the past rings' gains included (see compact)
+	if p := g.events.Load(); p != nil {
+		for _, e := range *p { // the past rings' gains included (see compact)
 			if e != nil && e.s == s && e.floor.Load() != math.MaxUint64 && e.started.Load() != start {
 				e.floor.Store(0)
 			}

@@ -18,7 +18,7 @@ type gainsWorld struct {
 	losses []loss // the last change's
 }
 
-func (w *gainsWorld) change(t testing.TB, ids ...string) (added []*gain) {
+func (w *gainsWorld) change(t *testing.T, ids ...string) (added []*gain) {
 	t.Helper()
 	if w.srv == nil {
 		w.srv = map[string]*server{}
@@ -40,7 +40,7 @@ func (w *gainsWorld) change(t testing.TB, ids ...string) (added []*gain) {
 	})
 	added, lost, losses := w.g.record(w.rt, rt)
 	w.losses = losses
-	if len(rt.past) > 0 && rt.added {
+	if len(rt.past) > 0 && w.rt != nil && rt.past[0].r == w.rt.live {
 		rt.past[0].gains = lost
 	}
 	for i, e := range added {
@@ -93,10 +93,13 @@ func TestGains(t *testing.T) {
 
 	// Runs: each covers slots that moved, in order, with the gain they had.
 	for _, p := range w.rt.past {
-		p.gains.runs.each(func(lo, hi, v uint32) {
-			require.LessOrEqual(t, lo, hi)
-			require.NotNil(t, p.gains.gains[v-1])
-		})
+		for i, r := range p.gains {
+			require.LessOrEqual(t, r.lo, r.hi)
+			if i > 0 {
+				require.Less(t, p.gains[i-1].hi, r.lo)
+			}
+			require.NotNil(t, r.e)
+		}
 	}
 }
 
@@ -109,12 +112,14 @@ func TestGainsCompactKeepsThePast(t *testing.T) {
 	w.change(t, "a", "b")
 	kept := map[*gain]bool{}
 	for _, p := range w.rt.past {
-		for _, e := range p.gains.gains {
-			kept[e] = true
+		for _, r := range p.gains {
+			kept[r.e] = true
 		}
 	}
 	require.NotEmpty(t, kept)
-	evs := compact(gainTable{events: w.g.list(), slots: w.g.table.Load().slots}, w.rt.past).events
+	w.g.mu.Lock()
+	evs := w.g.compact(w.g.list(), w.rt.past)
+	w.g.mu.Unlock()
 	for e := range kept {
 		require.Contains(t, evs, e)
 	}

@@ -165,7 +165,7 @@ func (c *Client) moveRound(ctx context.Context) (held, left bool) {
 		return false, false
 	}
 	id := ringID(rt)
-	srcs := rt.losers()
+	srcs := losers(rt)
 	// Servers that left first: they stop serving at the end of their
 	// grace period; the members keep what they hold.
 	slices.SortStableFunc(srcs, func(a, b *server) int {
@@ -185,6 +185,34 @@ func (c *Client) moveRound(ctx context.Context) (held, left bool) {
 		c.mover.add(func(st *MoveStats) { st.Rounds++ })
 	}
 	return held, left
+}
+
+// losers returns the servers that may hold keys they do not own: those
+// that own, in one of rt's past rings, a slot that rt's live ring gives to
+// another server. Where a ring has no slot table (Ketama, Ch3), every
+// server of the past rings.
+func losers(rt *routing) []*server {
+	var out []*server
+	add := func(s *server) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	for _, p := range rt.past {
+		if p.r.alt != nil || rt.live.alt != nil {
+			for _, s := range p.srv {
+				add(s)
+			}
+			continue
+		}
+		for slot := uint64(0); slot < 1<<slotBits; slot++ {
+			h := slot << (64 - slotBits)
+			if was := p.srv[p.r.owner(h)]; was != rt.liveSrv[rt.live.owner(h)] {
+				add(was)
+			}
+		}
+	}
+	return out
 }
 
 // moveFrom moves the keys that p holds and does not own to their owners,

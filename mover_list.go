@@ -84,9 +84,8 @@ func placedAt(rt *routing, p *server, h uint64) bool {
 	if rt.baseOwner(h) == p || rt.liveSrv[rt.live.owner(h)] == p {
 		return true
 	}
-	var buf [maxPastRings]*server
-	for _, q := range rt.pastOwners(h, buf[:0]) {
-		if q == p {
+	for _, q := range rt.past {
+		if q.srv[q.r.owner(h)] == p {
 			return true
 		}
 	}
