@@ -150,6 +150,8 @@ func TestMetricsClient(t *testing.T) {
 
 	ms[0].restart()
 	eventually(t, "the server back", func() bool { return stateOf(c, ms[0].addr).State == "up" })
+	// Reported just after it is up, and Stats may come in between.
+	eventually(t, "the server reported back", func() bool { return len(m.healthOf(ms[0].addr)) == 2 })
 	require.Equal(t, []HealthEvent{{Addr: ms[0].addr, State: ServerOut, Reason: "unreachable"}, {Addr: ms[0].addr, State: ServerUp, Reason: "probe"}},
 		m.healthOf(ms[0].addr))
 	// Its logged keys are deleted in the background once it is back.
