@@ -2,17 +2,11 @@ package selector
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubecache/k8s-memcache-selector/internal/discovery"
+	"github.com/kubecache/k8s-memcache-selector/internal/testca"
 )
 
 // Configuration errors fail NewServerList at once, saying what is wrong.
@@ -199,7 +194,7 @@ func TestCertificateErrors(t *testing.T) {
 	f := newFakeAPI(t) // a certificate for 127.0.0.1, ::1 and example.com
 	_, port, err := net.SplitHostPort(f.Listener.Addr().String())
 	require.NoError(t, err)
-	expiredCA, expiredCert := testCAUntil(t, time.Now().Add(-time.Minute))
+	expiredCA, expiredCert := testca.Until(t, time.Now().Add(-time.Minute))
 	expired := httptest.NewUnstartedServer(http.NotFoundHandler())
 	expired.TLS = &tls.Config{Certificates: []tls.Certificate{expiredCert}}
 	expired.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -265,52 +260,10 @@ func (k *kubeletDir) write(files map[string]string) {
 	}
 }
 
-// testCA returns a new CA, as PEM, and a serving certificate for 127.0.0.1
-// that it signs.
-func testCA(t *testing.T) ([]byte, tls.Certificate) {
-	return testCAUntil(t, time.Now().Add(time.Hour))
-}
-
-// testCAUntil is testCA with a serving certificate valid until notAfter.
-func testCAUntil(t *testing.T, notAfter time.Time) ([]byte, tls.Certificate) {
-	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	create := func(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) []byte {
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	now := time.Now()
-	caKey, leafKey := key(), key()
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER := create(ca, ca, &caKey.PublicKey, caKey)
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	leafDER := create(leaf, ca, &leafKey.PublicKey, caKey)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
-}
-
 // newRotatingFakeAPI starts a TLS fake whose certificate, signed by a CA of
 // its own, can be changed (rotate) while it runs.
 func newRotatingFakeAPI(t *testing.T) (f *fakeAPI, caPEM []byte, rotate func() (newCAPEM []byte)) {
-	caPEM, cert := testCA(t)
+	caPEM, cert := testca.New(t)
 	var served atomic.Pointer[tls.Certificate]
 	served.Store(&cert)
 	f = newFake(t)
@@ -320,7 +273,7 @@ func newRotatingFakeAPI(t *testing.T) (f *fakeAPI, caPEM []byte, rotate func() (
 	}}
 	f.StartTLS()
 	return f, caPEM, func() []byte {
-		newCA, newCert := testCA(t)
+		newCA, newCert := testca.New(t)
 		served.Store(&newCert)
 		f.CloseClientConnections()
 		return newCA
