@@ -3,6 +3,7 @@ package selector
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -135,14 +136,52 @@ func TestLossesOwedWhileOut(t *testing.T) {
 	}
 }
 
-// keyOf returns a key that the i-th server owns.
+// keyOf returns a key that the i-th server owns in the ring (up or not).
 func (w *movedBackWorld) keyOf(t *testing.T, i int) string {
 	rt := w.c.rt.Load()
 	for _, k := range w.keys {
-		if rt.owner(w.c.hash(k)).addr.str == w.ms[i].addr {
+		if rt.baseOwner(w.c.hash(k)).addr.str == w.ms[i].addr {
 			return k
 		}
 	}
 	t.Fatalf("no key of %s", w.ms[i].addr)
 	return ""
+}
+
+// TestStandInBeforeItsRecord: a Client started after keys moved back
+// from a server (the stand-in here) has not read that server's record of
+// lost slots yet when their owner goes out, and the stand-in does not
+// answer for the floor of the slots it stands in for (histcheck
+// unseen-change-out under heavy load). The stand-in's gain takes its
+// floor from the record once read: none of the values it held from
+// before the keys moved back is served.
+func TestStandInBeforeItsRecord(t *testing.T) {
+	w := newMovedBackWorld(t, []int{0, 1, 2})
+	w.change(t, 0, 1) // the third server's keys go to the others
+	w.rewrite(t)
+	for _, k := range w.keys { // what they hold of them from now on
+		require.NoError(t, w.c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+	}
+	w.change(t, 0, 1, 2) // and come back
+	w.rewrite(t)
+
+	var f faults
+	f.set(w.ms[0].addr, true, 0)
+	f.set(w.ms[1].addr, true, 0)
+	fresh, err := NewClientFromList(w.ss, fastFailover, WithTimeout(300*time.Millisecond), f.option(),
+		WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}))
+	require.NoError(t, err)
+	defer fresh.Close()
+	// The records of the first two are not read (their requests fail),
+	// and the third goes out: they stand in for it, without a floor.
+	hangUntilOut(t, fresh, w.ms[2], w.keyOf(t, 2))
+	eventually(t, "the routing without the third", func() bool {
+		return fresh.rt.Load().liveSrv != nil && !slices.ContainsFunc(fresh.rt.Load().liveSrv, func(s *server) bool { return s.addr.str == w.ms[2].addr })
+	})
+	f.set(w.ms[0].addr, false, 0)
+	f.set(w.ms[1].addr, false, 0)
+	old, hits := w.old(fresh)
+	w.ms[2].signal(syscall.SIGCONT)
+	require.Zero(t, old, "values from before the keys came back, served by their stand-ins")
+	t.Logf("%d of %d keys found", hits, len(w.keys))
 }

@@ -431,6 +431,7 @@ func (c *Client) learnLosses(s *server) {
 	// Under refreshing, so that no change is recorded meanwhile from a
 	// routing this does not see (see gains.learn).
 	s.losses.noteFloor(rec.start, highest(rec.runs))
+	c.gains.raise(s)
 	c.refreshing.Lock()
 	c.gains.learn(s, c.rt.Load(), rec)
 	c.refreshing.Unlock()
