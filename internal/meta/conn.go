@@ -99,6 +99,7 @@ type Conn struct {
 
 	outstanding atomic.Int32 // requests queued and not yet answered
 	failed      atomic.Bool
+	drained     chan struct{} // closed once nc is closed (see drainOut)
 	answered    atomic.Uint64 // requests whose replies were read: the first that many queued (see Pool's pins)
 
 	mu      sync.Mutex
@@ -136,6 +137,7 @@ func newConn(nc net.Conn, o Options, maxValue *atomic.Int64) *Conn {
 		br:       bufio.NewReaderSize(nc, MaxLineLen),
 		timeout:  o.timeout(),
 		maxValue: maxValue,
+		drained:  make(chan struct{}),
 	}
 	c.interrupt = c.interruptLeader
 	return c
@@ -156,10 +158,13 @@ func (c *Conn) SetMaxValueSize(n int) { c.maxValue.Store(valueBound(n)) }
 
 // Close closes the connection and fails every pending request with an
 // error wrapping ErrConnClosed; a caller reading a reply returns with it
-// as soon as its read fails. Close starts no goroutine and leaves none;
-// it is idempotent and always returns nil.
+// as soon as its read fails. Close starts no goroutine and leaves none (it
+// ends the reading of a connection that timed out, see drainOut); it is
+// idempotent and always returns nil.
 func (c *Conn) Close() error {
 	c.fail(errClosedByClose)
+	c.nc.Close()
+	<-c.drained
 	return nil
 }
 
@@ -171,7 +176,7 @@ var errClosedByClose = errors.New("closed by Close")
 // either is queued first, and the connection stays open for it, or finds
 // it closed, and was not sent (see unsentError).
 func (c *Conn) closeIfIdle() bool {
-	return c.failIf(errClosedByClose, true)
+	return c.failIf(errClosedByClose, true, false)
 }
 
 // Err returns nil while the connection is usable, and why it was closed
@@ -188,11 +193,12 @@ func (c *Conn) Outstanding() int { return int(c.outstanding.Load()) }
 // fail closes the connection for cause, once, and fails every pending
 // request but the ones a reader will finish: the one it is reading, and
 // the reader's own.
-func (c *Conn) fail(cause error) { c.failIf(cause, false) }
+func (c *Conn) fail(cause error) { c.failIf(cause, false, false) }
 
 // failIf is fail; if idle, only if no request is outstanding, and it
-// reports whether the connection is closed.
-func (c *Conn) failIf(cause error, idle bool) bool {
+// reports whether the connection is closed. With drain, the connection is
+// read to its end before it is closed (see drainOut).
+func (c *Conn) failIf(cause error, idle, drain bool) bool {
 	c.mu.Lock()
 	if idle && c.err == nil && c.outstanding.Load() != 0 {
 		c.mu.Unlock()
@@ -213,9 +219,13 @@ func (c *Conn) failIf(cause error, idle bool) bool {
 	}
 	err := c.err
 	c.mu.Unlock()
-	if first {
+	switch {
+	case first && drain:
+		go c.drainOut()
+	case first:
 		// Not under c.mu: a tls.Conn's Close may wait for a blocked write.
 		c.nc.Close()
+		close(c.drained)
 	}
 	for _, cl := range fails {
 		cl.err = err
@@ -314,7 +324,9 @@ func (e *abandonedError) Unwrap() error { return e.err }
 // settled reports whether the abandoned request can no longer run after a
 // request queued now on another connection: its reply was read, or its
 // connection failed (see Pool's pins for what that leaves).
-func (e *abandonedError) settled() bool { return e.c.answered.Load() >= e.n || e.c.failed.Load() }
+func (e *abandonedError) settled() bool {
+	return e.c.answered.Load() >= e.n || e.c.failed.Load() && !e.c.draining()
+}
 
 // unsentError is the error of a request that found its connection closed
 // when it came to queue it: nothing was sent, so it may go on another

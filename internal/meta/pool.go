@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -29,8 +31,11 @@ const DefaultMaxConns = 2
 // run; until its reply is read, the key is pinned to its connection: the
 // next requests of the key go there too, and memcached runs them after
 // it, so that an abandoned write never lands after a later write or
-// delete. A connection that fails unpins its keys; a request it had sent
-// to a server that hangs may then still run when the server resumes.
+// delete. A request whose reply timed out may still run too: its
+// connection is read to its end (see drainOut), and the key stays pinned
+// to it until then; its next requests wait for that, within the timeout,
+// and go on another connection. A connection that fails otherwise unpins
+// its keys.
 //
 // The zero Pool is not usable; call [NewPool].
 type Pool struct {
@@ -44,7 +49,8 @@ type Pool struct {
 	mu       sync.Mutex
 	conns    []*Conn
 	retiring map[*Conn]bool             // out of conns, closed once answered (see CloseIdle)
-	pins     map[string]*abandonedError // key -> a request of it its caller left, not yet settled
+	pins     map[string]*abandonedError // key -> a request of it its caller left, or that timed out, not yet settled
+	draining []*Conn                    // failed, read to their end (see drainOut); Close ends them
 	dialing  int
 	dialDone chan struct{} // closed and replaced whenever a dial ends
 	closed   bool
@@ -82,6 +88,8 @@ func (p *Pool) Close() error {
 	for c := range p.retiring {
 		conns = append(conns, c)
 	}
+	conns = append(conns, p.draining...)
+	p.draining = nil
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
@@ -188,14 +196,18 @@ func (p *Pool) conn(ctx context.Context) (*Conn, error) {
 }
 
 // dropFailedLocked removes the failed connections and returns them, to be
-// closed without p.mu held.
+// closed without p.mu held; those still read to their end (see drainOut)
+// are kept for Close instead.
 func (p *Pool) dropFailedLocked() []*Conn {
 	var dead []*Conn
 	live := p.conns[:0]
 	for _, c := range p.conns {
-		if c.failed.Load() {
+		switch {
+		case c.draining():
+			p.draining = append(slices.DeleteFunc(p.draining, func(d *Conn) bool { return !d.draining() }), c)
+		case c.failed.Load():
 			dead = append(dead, c)
-		} else {
+		default:
 			live = append(live, c)
 		}
 	}
@@ -257,8 +269,18 @@ func (p *Pool) keyConn(ctx context.Context, key string) (*Conn, error) {
 			ae = nil
 		}
 		p.mu.Unlock()
-		if ae != nil {
+		if ae != nil && !ae.c.failed.Load() {
 			return ae.c, nil
+		}
+		if ae != nil { // its request timed out, and may still run
+			if err := ae.c.awaitDrained(ctx, key); err != nil {
+				return nil, err
+			}
+			p.mu.Lock()
+			if p.pins[key] == ae {
+				p.unpinLocked(key)
+			}
+			p.mu.Unlock()
 		}
 	}
 	return p.conn(ctx)
@@ -267,17 +289,23 @@ func (p *Pool) keyConn(ctx context.Context, key string) (*Conn, error) {
 // pin pins key to the connection of err's request, if its caller left it
 // (see Pool). Settled pins are swept as pins are added, so that the keys
 // never asked again do not pile up.
-func (p *Pool) pin(key string, err error) {
+func (p *Pool) pin(key string, c *Conn, err error) {
 	if err == nil { // the request path: no error, no allocation
 		return
 	}
-	p.pinAbandoned(key, err)
+	p.pinAbandoned(key, c, err)
 }
 
-// pinAbandoned is pin for a request that failed.
-func (p *Pool) pinAbandoned(key string, err error) {
+// pinAbandoned is pin for a request on c that failed.
+func (p *Pool) pinAbandoned(key string, c *Conn, err error) {
 	var ae *abandonedError
-	if !errors.As(err, &ae) || ae.settled() {
+	if !errors.As(err, &ae) {
+		if unsent(err) || !c.draining() {
+			return
+		}
+		ae = &abandonedError{err, c, math.MaxUint64} // settled once c is read to its end
+	}
+	if ae.settled() {
 		return
 	}
 	p.mu.Lock()
@@ -325,7 +353,7 @@ func send[T any](ctx context.Context, p *Pool, keyed bool, key string, f func(c 
 			continue
 		}
 		if keyed {
-			p.pin(key, err)
+			p.pin(key, c, err)
 		}
 		return v, err
 	}

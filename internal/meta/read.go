@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 )
 
@@ -161,7 +162,9 @@ func (c *Conn) readNext(since time.Time) (cl *call, stopped bool, fatal error) {
 		fatal = c.readCall(cl)
 	}
 	if fatal != nil {
-		c.fail(fatal) // c.reading is still cl: fail leaves it to us
+		// c.reading is still cl: fail leaves it to us. A reply that timed
+		// out may still come, its request run (see drainOut).
+		c.failIf(fatal, false, errors.Is(fatal, os.ErrDeadlineExceeded))
 	}
 	c.mu.Lock()
 	c.reading = nil
