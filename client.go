@@ -35,7 +35,8 @@ import (
 // client only. At most half the servers are out at once after timeouts
 // (Failover.MaxOut), so that a fault of this client's own network cannot
 // move the whole cache: past that, requests go to their servers and return
-// their errors. A server that refuses connections is out whatever the count.
+// their errors; nor is the last server up. A server that refuses
+// connections is out whatever the count.
 //
 // A Client is safe for concurrent use. Its zero value is not usable: make
 // one with NewClient or NewClientFromList.

@@ -149,11 +149,13 @@ type Failover struct {
 	// (default 30 s).
 	ProbeFirst, ProbeMax time.Duration
 
-	// MaxOut is the share of the servers that may be out at once, from 0
-	// to 1 (default 0.5), so that a fault of this client's own network
-	// cannot move the whole cache: past it, requests go to their servers
-	// and return their errors. Negative: no server is ever taken out,
-	// which turns failover off.
+	// MaxOut is the share of the servers that may be out at once after
+	// timeouts, from 0 to 1 (default 0.5), so that a fault of this
+	// client's own network, or a machine starved of CPU, cannot move the
+	// whole cache: past it, requests go to their servers and return their
+	// errors. The last server up is never taken out after timeouts. A
+	// server that refuses connections is out whatever the count.
+	// Negative: no server is ever taken out, which turns failover off.
 	MaxOut float64
 
 	// StandInExpiration is the longest expiration a write sent to a

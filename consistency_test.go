@@ -805,3 +805,39 @@ func TestDeleteBegunBeforeAChange(t *testing.T) {
 	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the key is deleted where it was before the change, before its server")
 	require.True(t, r.deletedFirst)
 }
+
+// TestLastServerStaysInAfterTimeouts: two of four servers are killed
+// (out: they refuse connections), and the other two stop answering in
+// time (a machine starved of CPU). The cap lets one of them go out after
+// its timeouts; the last one stays in, so that requests go to it and
+// return its errors, not ErrNoServers.
+func TestLastServerStaysInAfterTimeouts(t *testing.T) {
+	ms := startMemcached(t, 4)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(100*time.Millisecond), WithFailover(Failover{MaxOut: 1, ProbeFirst: time.Minute, ProbeMax: time.Minute}))
+	for _, m := range ms[:2] {
+		m.kill()
+		k := keysOf(t, ss, m.addr, 1)[0]
+		eventually(t, "the killed server out", func() bool {
+			c.Get(k)
+			return stateOf(c, m.addr).State == "down"
+		})
+	}
+	for _, m := range ms[2:] {
+		m.signal(syscall.SIGSTOP)
+		defer m.signal(syscall.SIGCONT)
+	}
+	k2, k3 := keysOf(t, ss, ms[2].addr, 1)[0], keysOf(t, ss, ms[3].addr, 1)[0]
+	for range 10 {
+		c.Get(k2)
+		c.Get(k3)
+	}
+	up := 0
+	for _, m := range ms[2:] {
+		if stateOf(c, m.addr).State != "down" {
+			up++
+		}
+	}
+	require.Equal(t, 1, up, "servers in after their timeouts")
+	_, err := c.Get(k2)
+	require.NotErrorIs(t, err, memcache.ErrNoServers)
+}

@@ -71,7 +71,7 @@ func (c *Client) markDown(s *server, soft bool) bool {
 	if s.status() != up || c.cfg.maxDown < 0 { // failover off
 		return false
 	}
-	if soft && !c.outs.take(s) {
+	if soft && (!c.othersUp(s) || !c.outs.take(s)) {
 		return false
 	}
 	s.soft = soft
@@ -82,6 +82,25 @@ func (c *Client) markDown(s *server, soft bool) bool {
 	s.closeIdle()
 	c.probe(s, c.cfg.probeMin)
 	return true
+}
+
+// othersUp reports whether a member other than s is up. The last one is
+// not taken out after timeouts (a soft TKO), which a client starved of CPU
+// sees from every server at once: with none up, every request would fail
+// with ErrNoServers, where most would be answered (histcheck kill-fast on a
+// loaded machine: thousands a run). mcrouter's pools go fail-open likewise
+// when too many of their destinations are out. Called with c.mu held.
+func (c *Client) othersUp(s *server) bool {
+	rt := c.rt.Load()
+	if rt == nil {
+		return false
+	}
+	for _, m := range rt.baseSrv {
+		if m != s && m.status() == up {
+			return true
+		}
+	}
+	return false
 }
 
 // probe starts probing s, first after delay, unless it is probed already.

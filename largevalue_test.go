@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
@@ -27,6 +28,10 @@ const largeSize = 3 << 20
 
 // startLargeItems starts n memcached servers that store items of up to
 // 4 MiB, with room for a dozen of them.
+// largeTimeout gives the requests of megabytes of values, which -race and a
+// loaded machine slow most, more than newTestClient's 300 ms.
+var largeTimeout = WithTimeout(3 * time.Second)
+
 func startLargeItems(t *testing.T, n int) []*memcached {
 	t.Helper()
 	ms := startMemcached(t, n)
@@ -70,7 +75,7 @@ func requireLarge(t *testing.T, key string, it *memcache.Item) {
 
 func TestLargeValues(t *testing.T) {
 	ms := startLargeItems(t, 1)
-	c, _ := newTestClient(t, addrsOf(ms))
+	c, _ := newTestClient(t, addrsOf(ms), largeTimeout)
 	keys := []string{"large-0", "large-1"}
 	for _, k := range keys {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: largeValue(k, largeSize)}))
@@ -132,7 +137,7 @@ func movingKeys(t *testing.T, ms []*memcached, n int) (moving, staying []string)
 // is read where it was and copied there, through Get and GetMulti.
 func TestLargeValueHandoff(t *testing.T) {
 	ms := startLargeItems(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: -1})) // reads alone move keys
+	c, ss := newTestClient(t, addrsOf(ms[:2]), largeTimeout, WithMoves(Moves{Rate: -1})) // reads alone move keys
 	moving, staying := movingKeys(t, ms, 4)
 	for _, k := range append(moving, staying...) {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: largeValue(k, largeSize)}))
@@ -161,7 +166,7 @@ func TestLargeValueHandoff(t *testing.T) {
 // keys it owns, unread.
 func TestLargeValueMove(t *testing.T) {
 	ms := startLargeItems(t, 3)
-	c, ss := newTestClient(t, addrsOf(ms[:2]))
+	c, ss := newTestClient(t, addrsOf(ms[:2]), largeTimeout)
 	moving, staying := movingKeys(t, ms, 3)
 	for _, k := range append(moving, staying...) {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: largeValue(k, largeSize)}))
@@ -196,7 +201,7 @@ func TestLargeValueErrorsStayTheirs(t *testing.T) {
 		dials.Add(1)
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}
-	c, _ := newTestClient(t, addrsOf(ms), WithMaxItemSize(2<<20), WithMaxIdleConns(1), WithDialContext(dial))
+	c, _ := newTestClient(t, addrsOf(ms), largeTimeout, WithMaxItemSize(2<<20), WithMaxIdleConns(1), WithDialContext(dial))
 	require.NoError(t, c.Set(&memcache.Item{Key: "large", Value: largeValue("large", largeSize)}), "writes are not bounded")
 	require.NoError(t, c.Set(&memcache.Item{Key: "small", Value: []byte("s")}))
 

@@ -41,7 +41,12 @@ func (c *Client) recover(s *server) bool {
 
 	ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.conn.timeout)
 	defer cancel()
+	// It answered the probe: stats is tried three times, each within the
+	// timeout (a machine starved of CPU fails one now and then).
 	start, err := serverStart(ctx, s, c.cfg.conn)
+	for try := 1; err != nil && try < 3 && ctx.Err() == nil; try++ {
+		start, err = serverStart(ctx, s, c.cfg.conn)
+	}
 	if err != nil {
 		c.log.Warn("server answered a probe, but not stats: it stays out", keyServer, s.addr.str, keyError, err)
 		return false
