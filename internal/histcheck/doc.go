@@ -102,4 +102,15 @@
 // code over one sharded ring rather than a zone split (the
 // client-byzone-static target, not in the bounded run). A zone split needs
 // NewClient against an API server (e2e's TestPoolZones).
+//
+// # Layout
+//
+// No internal package imports the root, and this one's library does not:
+// its non-test files are what stands alone (the history and its recorder,
+// Check, the Report, the memcached processes, the workload and the loads,
+// which drive a Target). What builds and drives the root's Client is the
+// package's tests, in the same package: the runner (Run, newTarget), the
+// Env that schedules use, the Schedules, the stale-set runs, the stall
+// proxy and the Client's adapter to Loader (client_test.go). So go test
+// ./internal/histcheck/ runs them all as before.
 package histcheck

@@ -44,9 +44,11 @@ type Report struct {
 	getHits  int
 }
 
-func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
-	r := &Report{Schedule: s.Name, Target: k, Seed: seed, Elapsed: elapsed, Ops: map[string]int{},
-		Result: res, Errors: map[string]map[string]int{}, Steps: steps, KillPhases: s.KillPhases}
+// newReport sums up a run of the schedule name, whose phases after a
+// SIGKILL are killPhases (see Schedule.KillPhases).
+func newReport(name string, killPhases []string, k TargetKind, seed uint64, elapsed time.Duration, events []Event, res Result, stats []*opStats, steps []string) *Report {
+	r := &Report{Schedule: name, Target: k, Seed: seed, Elapsed: elapsed, Ops: map[string]int{},
+		Result: res, Errors: map[string]map[string]int{}, Steps: steps, KillPhases: killPhases}
 	for _, st := range stats {
 		for op, n := range st.ops {
 			r.Ops[op] += n
@@ -60,9 +62,9 @@ func newReport(s Schedule, k TargetKind, seed uint64, elapsed time.Duration, eve
 			}
 		}
 	}
-	if len(s.KillPhases) > 0 {
+	if len(killPhases) > 0 {
 		r.KillErrors = map[string]int{}
-		for _, ph := range s.KillPhases {
+		for _, ph := range killPhases {
 			for kind, n := range r.Errors[ph] {
 				r.KillErrors[kind] += n
 			}
@@ -231,3 +233,22 @@ func sum(m map[string]int) int {
 	}
 	return n
 }
+
+// Count is how many of a set of keys that a schedule checked at the end
+// were as it wants them.
+type Count struct {
+	Name     string
+	Good, Of int
+	Floor    float64 // the share of Of below which the run fails; 0 asserts nothing
+}
+
+func (c Count) String() string {
+	s := fmt.Sprintf("%s: %d of %d (%.1f%%)", c.Name, c.Good, c.Of, 100*float64(c.Good)/float64(max(c.Of, 1)))
+	if c.Floor > 0 {
+		s += fmt.Sprintf(", floor %.1f%%", 100*c.Floor)
+	}
+	return s
+}
+
+// Failed reports whether the count is below its floor.
+func (c Count) Failed() bool { return float64(c.Good) < c.Floor*float64(c.Of) }

@@ -13,7 +13,7 @@ func TestKillErrors(t *testing.T) {
 		"recovery": {"getmulti: connection reset": 1, "incr: no servers": 3, "set: timeout": 2},
 		"steady":   {"get: timeout": 5}, // not a kill's phase
 	}
-	r := newReport(s, ClientSharded, 0, 0, nil, Result{}, []*opStats{stats}, nil)
+	r := newReport(s.Name, s.KillPhases, ClientSharded, 0, 0, nil, Result{}, []*opStats{stats}, nil)
 	if got := sum(r.KillErrors); got != 10 {
 		t.Errorf("%d errors in the kill's phases, want 10: %v", got, r.KillErrors)
 	}
@@ -24,7 +24,7 @@ func TestKillErrors(t *testing.T) {
 	if got := r.AvoidableKillErrors(); !maps.Equal(got, want) {
 		t.Errorf("avoidable %v, want %v", got, want)
 	}
-	if r := newReport(Schedule{Name: "stop"}, ClientSharded, 0, 0, nil, Result{}, []*opStats{stats}, nil); r.KillErrors != nil {
+	if r := newReport("stop", nil, ClientSharded, 0, 0, nil, Result{}, []*opStats{stats}, nil); r.KillErrors != nil {
 		t.Errorf("a schedule without kills has kill errors: %v", r.KillErrors)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	selector "github.com/kubecache/k8s-memcache-selector"
 )
 
 // Target is what a run drives: the Client, or gomemcache's own client as
@@ -23,18 +22,31 @@ type Target interface {
 }
 
 // Loader is what the Client has beyond gomemcache's methods, for the
-// loads (see loads.go): gomemcache's client, which has neither, does
-// plain cache-aside instead.
+// loads (see loads.go): GetOrLoad with the default LoadOptions, and
+// InvalidateContext. gomemcache's client, which has neither, does plain
+// cache-aside instead. It names no type of the root package, so that this
+// package's library does not import it: the tests, which build the
+// Client, adapt it (see the driver's loaderOf).
 type Loader interface {
-	GetOrLoad(ctx context.Context, key string, opt selector.LoadOptions, load selector.LoadFunc) (*memcache.Item, error)
+	GetOrLoad(ctx context.Context, key string, load func(context.Context, string) (*memcache.Item, error)) (*memcache.Item, error)
 	InvalidateContext(ctx context.Context, key string) error
 }
 
-var (
-	_ Target = (*memcache.Client)(nil)
-	_ Target = (*selector.Client)(nil)
-	_ Loader = (*selector.Client)(nil)
+// TargetKind is the client a run drives.
+type TargetKind string
+
+const (
+	ClientSharded    TargetKind = "client"            // NewClientFromList, the default pool
+	ClientReplicated TargetKind = "client-replicated" // WithPool(Replicated())
+	// ClientZoned is WithPool(ByZone("a")) over the static list: its
+	// members have no zone (SetServers gives none, and only discovery
+	// reads them), so the pool has one group, "", and it exercises the
+	// pool's code paths over one sharded ring rather than a zone split.
+	ClientZoned TargetKind = "client-byzone-static"
+	Gomemcache  TargetKind = "gomemcache" // memcache.NewFromSelector over the same ServerList
 )
+
+var _ Target = (*memcache.Client)(nil)
 
 // errKind names the kind of an application error for the report: a few
 // words that group errors of one cause (an address or a port would make

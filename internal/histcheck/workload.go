@@ -49,6 +49,9 @@ type driver struct {
 	stats   []*opStats  // one per worker, and the schedule's
 	// db is the loads' database, in the schedules with loads, else nil.
 	db *database
+	// loaderOf returns a target's Loader, or nil for one without (see
+	// loader); nil for none at all.
+	loaderOf func(Target) Loader
 	// reserved is a loaded key the schedule alone uses for a while (see
 	// meetCAS), or nil.
 	reserved atomic.Pointer[string]

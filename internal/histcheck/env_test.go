@@ -341,25 +341,6 @@ func (e *Env) Delete(t Target, keys []string) {
 	e.Step("deleted %d keys", len(keys))
 }
 
-// Count is how many of a set of keys that a schedule checked at the end
-// were as it wants them.
-type Count struct {
-	Name     string
-	Good, Of int
-	Floor    float64 // the share of Of below which the run fails; 0 asserts nothing
-}
-
-func (c Count) String() string {
-	s := fmt.Sprintf("%s: %d of %d (%.1f%%)", c.Name, c.Good, c.Of, 100*float64(c.Good)/float64(max(c.Of, 1)))
-	if c.Floor > 0 {
-		s += fmt.Sprintf(", floor %.1f%%", 100*c.Floor)
-	}
-	return s
-}
-
-// Failed reports whether the count is below its floor.
-func (c Count) Failed() bool { return float64(c.Good) < c.Floor*float64(c.Of) }
-
 // Count records a count for the report, and for judge.
 func (e *Env) Count(name string, good, of int, floor float64) {
 	e.counts = append(e.counts, Count{name, good, of, floor})

@@ -15,20 +15,6 @@ import (
 	selector "github.com/kubecache/k8s-memcache-selector"
 )
 
-// TargetKind is the client a run drives.
-type TargetKind string
-
-const (
-	ClientSharded    TargetKind = "client"            // NewClientFromList, the default pool
-	ClientReplicated TargetKind = "client-replicated" // WithPool(Replicated())
-	// ClientZoned is WithPool(ByZone("a")) over the static list: its
-	// members have no zone (SetServers gives none, and only discovery
-	// reads them), so the pool has one group, "", and it exercises the
-	// pool's code paths over one sharded ring rather than a zone split.
-	ClientZoned TargetKind = "client-byzone-static"
-	Gomemcache  TargetKind = "gomemcache" // memcache.NewFromSelector over the same ServerList
-)
-
 // Config is one run's settings.
 type Config struct {
 	Seed     uint64
@@ -119,6 +105,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 	}()
 
 	d := newDriver(t, rec, cfg.Workload)
+	d.loaderOf = loaderOf
 	if p.Deadline > 0 {
 		d.abandoned = abandonedBy(k)
 	}
@@ -168,7 +155,7 @@ func Run(s Schedule, k TargetKind, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%s: %w", s.Name, runErr)
 	}
 	events := rec.Events()
-	r := newReport(s, k, seed, elapsed, events, Check(events), d.stats, env.steps)
+	r := newReport(s.Name, s.KillPhases, k, seed, elapsed, events, Check(events), d.stats, env.steps)
 	r.Start, r.Fill, r.Close = startTime, fillTime, closeTime
 	r.Counts, r.Moves, r.CASMet = env.counts, moves, env.met
 	for _, sp := range env.proxies {
