@@ -74,7 +74,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	// that left) with its floor unknown, so that nothing of the slot is
 	// served there until it is taken; a losing server, its owner there,
 	// with its floor (see of).
-	ot, nt := &old.live.table, &new.live.table
+	ot, nt := &old.live.keys, &new.live.keys
 	var moved []gainRun // the slots that change server, in runs, with the gain they go to
 	byServer := map[*server]uint32{}
 	byLoser := map[*server]int{}
@@ -82,7 +82,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	var ev uint32
 	var k int
 	for i := range uint64(1 << slotBits) {
-		ns, os := new.liveSrv[nt.owner(i)], old.liveSrv[ot.owner(i)]
+		ns, os := new.liveSrv[nt.SlotOwner(i)], old.liveSrv[ot.SlotOwner(i)]
 		if ns == os {
 			continue
 		}
@@ -153,10 +153,10 @@ func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
 		}
 	}
 	g.events.Store(&evs)
-	t := &rt.live.table
+	t := &rt.live.keys
 	for _, r := range rec.runs {
 		for i := r.lo; i <= r.hi; i++ {
-			if g.slots[i].Load() == 0 && rt.liveSrv[t.owner(uint64(i))] == s {
+			if g.slots[i].Load() == 0 && rt.liveSrv[t.SlotOwner(uint64(i))] == s {
 				g.slots[i].Store(byFloor[r.floor])
 			}
 		}
@@ -166,9 +166,9 @@ func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
 // lostAll returns the slots of each server of rt's live ring.
 func lostAll(rt *routing) (losses []loss) {
 	byLoser := map[*server]int{}
-	t := &rt.live.table
+	t := &rt.live.keys
 	for i := range uint64(1 << slotBits) {
-		losses = addLost(losses, byLoser, rt.liveSrv[t.owner(i)], uint32(i))
+		losses = addLost(losses, byLoser, rt.liveSrv[t.SlotOwner(i)], uint32(i))
 	}
 	return losses
 }

@@ -1,17 +1,15 @@
 package selector
 
 import (
-	"crypto/md5"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	hashring "github.com/kubecache/k8s-memcache-selector/internal/ring"
 )
 
 // Hashing is how a ServerList maps keys to servers. The zero value is the
@@ -139,36 +137,11 @@ func (h Hashing) check() error {
 func (h *Hashing) sum(key string) uint64 {
 	switch h.mode {
 	case ketamaMode:
-		return uint64(md5Key(key))
+		return uint64(hashring.MD5Key(key))
 	case ch3Mode:
-		return murmur64A(routingKey(key))
+		return hashring.Murmur64A(hashring.RoutingKey(key))
 	}
 	return xxhash.Sum64String(key)
-}
-
-// md5Key is libmemcached's hashkit_md5: the first 4 bytes of the key's md5,
-// little-endian. md5.Sum only reads the bytes of key, which it is given in
-// place, without a copy or an allocation.
-func md5Key(key string) uint32 {
-	d := md5.Sum(unsafe.Slice(unsafe.StringData(key), len(key)))
-	return binary.LittleEndian.Uint32(d[:4])
-}
-
-// routingKey is what mcrouter hashes of a key: without a "/region/cluster/"
-// routing prefix, and up to its hash stop "|#|" (mcrouter's routingKey).
-func routingKey(key string) string {
-	if len(key) > 0 && key[0] == '/' {
-		if i := strings.IndexByte(key[1:], '/'); i >= 0 {
-			rest := key[i+2:]
-			if j := strings.IndexByte(rest, '/'); j >= 0 {
-				key = rest[j+1:]
-			}
-		}
-	}
-	if i := strings.Index(key, "|#|"); i >= 0 {
-		key = key[:i]
-	}
-	return key
 }
 
 // name returns m's name under h: what Ketama hashes (see Ketama).

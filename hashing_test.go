@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	hashring "github.com/kubecache/k8s-memcache-selector/internal/ring"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,8 +37,8 @@ func TestHashingModes(t *testing.T) {
 		want func(key string) string // the reference mapping over addrs
 	}{
 		{"ketama", Ketama(), func(key string) string {
-			c := newContinuum([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}, make([]uint32, 4), listOrder(4))
-			return addrs[c.owner(uint64(md5Key(key)))]
+			c := hashring.NewKetama([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211"}, make([]uint32, 4), listOrder(4))
+			return addrs[c.Owner(uint64(md5Key(key)))]
 		}},
 		{"ch3", Ch3(), func(key string) string { return addrs[ch3Of(key, 4)] }},
 	} {
@@ -170,9 +171,9 @@ func TestHashingDiscovery(t *testing.T) {
 		f.put(pods("10.0.0.1", "10.0.0.2", "10.0.0.3"))
 		ss := start(t, f, WithHashing(Ketama().ByHostname("memcache.default.svc.cluster.local")))
 		names := []string{"memcache-0.memcache.default.svc.cluster.local:11211", "memcache-1.memcache.default.svc.cluster.local:11211", "memcache-2.memcache.default.svc.cluster.local:11211"}
-		c := newContinuum(names, make([]uint32, 3), listOrder(3))
+		c := hashring.NewKetama(names, make([]uint32, 3), listOrder(3))
 		for k, a := range pickAll(t, ss, 1000) {
-			require.Equal(t, fmt.Sprintf("10.0.0.%d:11211", c.owner(uint64(md5Key(k)))+1), a, k)
+			require.Equal(t, fmt.Sprintf("10.0.0.%d:11211", c.Owner(uint64(md5Key(k)))+1), a, k)
 		}
 	})
 	t.Run("ch3 by ordinal, with a hole", func(t *testing.T) {

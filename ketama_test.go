@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	hashring "github.com/kubecache/k8s-memcache-selector/internal/ring"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -75,56 +76,23 @@ func libmemcachedList(t *testing.T) *ServerList {
 func TestKetamaLibmemcachedVectors(t *testing.T) {
 	ss := libmemcachedList(t)
 	r := ss.ring.Load()
-	c := r.alt.cont
-	require.Equal(t, 1264, len(c.value), "points") // 4 x (44+22+14+26+74+59+70+7): each weight's share of 40 x 8 digests, floored
 	for _, tc := range readKetamaCases(t) {
 		assert.Equal(t, tc.hash, md5Key(tc.key), "hash of %q", tc.key)
-		assert.Equal(t, tc.point, c.value[c.at(tc.hash)], "point of %q", tc.key)
 		a, err := ss.PickServer(tc.key)
 		require.NoError(t, err)
 		assert.Equal(t, tc.server+":11211", a.String(), "server of %q", tc.key)
 	}
-	// Past the last point, a key wraps around to the first.
-	require.Greater(t, md5Key("VDEAAAAA"), c.value[len(c.value)-1])
+	// Past the last point, a key wraps around to the first, which hash 0
+	// reaches (internal/ring's test checks the points themselves).
 	a, _ := ss.PickServer("VDEAAAAA")
-	assert.Equal(t, r.members[c.member[0]].addr.str, a.String())
-}
-
-// TestKetamaTwemproxyVectors: twemproxy's src/test_all.c, ketama_hash and
-// hash_md5.
-func TestKetamaTwemproxyVectors(t *testing.T) {
-	point := func(s string, alignment int) uint32 {
-		d := md5.Sum([]byte(s))
-		return binary.LittleEndian.Uint32(d[4*alignment:])
-	}
-	assert.Equal(t, uint32(3853726576), point("server1-8", 0))
-	assert.Equal(t, uint32(2667054752), point("server1-8", 3))
-	assert.Equal(t, uint32(3195025439), md5Key("apple"))
-}
-
-// TestKetamaPoints: the points a server gets are libmemcached's float32
-// arithmetic, floored: with equal weights, 160 each, but 156 for the server
-// counts where 1/n*40*n rounds below 40 in float32. The counts are
-// libmemcached's expression (hosts.cc) compiled with gcc on amd64, at -O0
-// and -O2, for 1 to 64 servers.
-func TestKetamaPoints(t *testing.T) {
-	short := map[int]bool{25: true, 47: true, 50: true, 55: true, 61: true}
-	for n := 1; n <= 64; n++ {
-		names := make([]string, n)
-		for i := range names {
-			names[i] = "10.0.0." + strconv.Itoa(i+1)
-		}
-		want := 160
-		if short[n] {
-			want = 156
-		}
-		require.Len(t, newContinuum(names, make([]uint32, n), listOrder(n)).value, n*want, "%d servers", n)
-	}
+	assert.Equal(t, r.members[r.owner(0)].addr.str, a.String())
 }
 
 // TestKetamaNames: the string a server's points are hashed from: as
 // libmemcached and twemproxy write it, the port left out where it is 11211,
-// and an IPv6 host bare (interop_test.go checks the peers do so).
+// and an IPv6 host bare (interop_test.go checks the peers do so); the name
+// is SetServers' canonical form, and internal/ring's TestKetamaHost checks
+// that the continuum hashes it so.
 func TestKetamaNames(t *testing.T) {
 	for _, tc := range []struct {
 		name, server string
@@ -141,8 +109,10 @@ func TestKetamaNames(t *testing.T) {
 			ss := new(ServerList)
 			require.NoError(t, ss.SetHashing(Ketama()))
 			require.NoError(t, ss.SetServers(tc.server))
-			d := md5.Sum([]byte(tc.want))
-			require.Contains(t, ss.ring.Load().alt.cont.value, binary.LittleEndian.Uint32(d[:4]))
+			r := ss.ring.Load()
+			name, err := r.alt.name(r.members[0])
+			require.NoError(t, err)
+			require.Equal(t, tc.want, hashring.KetamaHost(name)+"-0")
 		})
 	}
 }
@@ -279,7 +249,8 @@ func twemproxyFirst(a, b string) string {
 	return b
 }
 
-// listOrder is the ranks of n servers in list order (see newContinuum).
+// listOrder is the ranks of n servers in list order (see
+// hashring.NewKetama).
 func listOrder(n int) []int {
 	r := make([]int, n)
 	for i := range r {

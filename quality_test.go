@@ -47,7 +47,7 @@ var qualityJSON = flag.String("quality-json", "", "measure at the report's sizes
 func qShares(r *ring) map[string]float64 {
 	counts := make([]int, len(r.members))
 	for s := range uint64(1 << slotBits) {
-		o, _ := r.table.get(s)
+		o := r.slotOwner(s)
 		counts[o]++
 	}
 	shares := make(map[string]float64, len(counts))
@@ -74,8 +74,8 @@ func qDiff(a, b *ring, owner func(member) string) (moved, needless float64) {
 	nb, inB := names(b.members)
 	var mv, nl int
 	for s := range uint64(1 << slotBits) {
-		oa, _ := a.table.get(s)
-		ob, _ := b.table.get(s)
+		oa := a.slotOwner(s)
+		ob := b.slotOwner(s)
 		pa, pb := na[oa], nb[ob]
 		if pa != pb {
 			mv++
@@ -355,7 +355,7 @@ func TestQualityShares(t *testing.T) {
 	require.InDelta(t, 1, sum, 1e-12, "sum of the shares")
 
 	for _, slot := range []uint64{0, 1, 12345, 1<<slotBits - 1} {
-		o, _ := r.table.get(slot)
+		o := r.slotOwner(slot)
 		want := &r.members[o]
 		require.Same(t, want, r.pick(slot<<(64-slotBits)), "pick of the first hash of slot %d", slot)
 		require.Same(t, want, r.pick((slot+1)<<(64-slotBits)-1), "pick of the last hash of slot %d", slot)

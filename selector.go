@@ -132,9 +132,9 @@ func (ss *ServerList) PickServer(key string) (net.Addr, error) {
 		return nil, ErrNoServers
 	}
 	if r.alt != nil {
-		return r.addrs[r.owner(r.alt.h.sum(key))], nil
+		return r.addrs[r.owner(r.alt.sum(key))], nil
 	}
-	return r.addrs[r.table.owner(slotOf(xxhash.Sum64String(key)))], nil
+	return r.addrs[r.keys.SlotOwner(slotOf(xxhash.Sum64String(key)))], nil
 }
 
 // Each calls f for each server, in the order of Servers, and stops at the

@@ -1,4 +1,4 @@
-package selector
+package ring
 
 import "math/bits"
 
@@ -16,8 +16,9 @@ const (
 	maxCh3 = 1 << furcShift
 )
 
-// murmur64A is MurmurHash64A of key with furc's seed.
-func murmur64A(key string) uint64 {
+// Murmur64A is MurmurHash64A of key with furc's seed: the hash that Ch3's
+// ring is read with, of the key's routing key (see RoutingKey).
+func Murmur64A(key string) uint64 {
 	h := uint64(furcSeed) ^ uint64(len(key))*murmurM
 	for ; len(key) >= 8; key = key[8:] {
 		k := uint64(key[0]) | uint64(key[1])<<8 | uint64(key[2])<<16 | uint64(key[3])<<24 |
@@ -54,7 +55,7 @@ func murmurRehash(k uint64) uint64 {
 	return h
 }
 
-// furcBits is furc's stream of bits: word 0 the key's murmur64A, each next
+// furcBits is furc's stream of bits: word 0 the key's Murmur64A, each next
 // word the rehash of the one before, computed as they are reached. furc
 // reads at most bit furcShift + furcMaxTries*furcShift*furcShift (its index
 // grows by furcShift a bit, up to furcShift bits a try).
@@ -72,7 +73,7 @@ func (b *furcBits) bit(i int) uint64 {
 	return b.words[w] >> (i & 63) & 1
 }
 
-// furc is furc_hash: the index in [0, m) of a key whose murmur64A is h.
+// furc is furc_hash: the index in [0, m) of a key whose Murmur64A is h.
 // m is at most maxCh3.
 func furc(h uint64, m uint32) uint32 {
 	if m <= 1 {

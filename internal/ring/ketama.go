@@ -1,4 +1,4 @@
-package selector
+package ring
 
 import (
 	"cmp"
@@ -36,7 +36,7 @@ type continuum struct {
 // (continuum_item_cmp in hosts.cc), and twemproxy's qsort by value alone
 // keeps the points in the order it made them, server by server (glibc's
 // qsort is a merge sort), which comes to the same over its own list order
-// (see ketamaRanks).
+// (see KetamaRanks).
 func newContinuum(names []string, weights []uint32, rank []int) *continuum {
 	var total uint64
 	for _, w := range weights {
@@ -52,7 +52,7 @@ func newContinuum(names []string, weights []uint32, rank []int) *continuum {
 		pct := float32(max(weights[i], 1)) / float32(total)
 		v := float32(float32(pct*ketamaPointsPerServer)/4) * float32(len(names))
 		digests := int(math.Floor(float64(float32(float64(v) + 0.0000000001))))
-		host := ketamaHost(name)
+		host := KetamaHost(name)
 		for d := range digests {
 			buf = strconv.AppendInt(append(append(buf[:0], host...), '-'), int64(d), 10)
 			sum := md5.Sum(buf)
@@ -81,14 +81,14 @@ func newContinuum(names []string, weights []uint32, rank []int) *continuum {
 	return c
 }
 
-// ketamaHost returns what the points of a server named host:port are
+// KetamaHost returns what the points of a server named host:port are
 // hashed from, before "-i": host on port 11211, else host:port, as
 // libmemcached's update_continuum and twemproxy's conf_add_server write
 // them; an IPv6 host without brackets, as their users give it to them
 // ("::1" and port 11212 to libmemcached, "::1:11212:1" to twemproxy), so
 // "::1-i" and "::1:11212-i". A name that is no host:port (a Unix socket's
 // path) is taken whole.
-func ketamaHost(name string) string {
+func KetamaHost(name string) string {
 	host, port, err := net.SplitHostPort(name)
 	switch {
 	case err != nil:

@@ -1,4 +1,4 @@
-package selector
+package ring
 
 import (
 	"encoding/binary"
@@ -16,12 +16,12 @@ import (
 
 const (
 	numSlots = 1 << slotBits
-	// maxUpdateSlots is the most slots an update recomputes, else newRing
+	// maxUpdateSlots is the most slots an update recomputes, else New
 	// builds the ring: the walk and the refill cost per slot, and with few
 	// members a change reaches most slots (a replace reaches a third of
 	// them at 10 members, and most at 2 or 3).
 	maxUpdateSlots = numSlots / 2
-	// updateMinMembers is the fewest members with tries to update: below, a
+	// updateMinMembers is the fewest members With tries to update: below, a
 	// fresh build of their table of bytes (see bytesTable) costs less than
 	// an update, which regenerates every point as a build does, copies the
 	// table and recomputes a large share of it, or gives up after the
@@ -31,11 +31,11 @@ const (
 	updateMinMembers = 64
 )
 
-// with returns newRing(ms, points), built from r when it can and that costs
-// less: when ms has updateMinMembers members or more, both rings have the
-// same points per member and table widths, and the change reaches few
-// enough slots. ms must be sorted by id
-// without duplicate ids (see canonical).
+// With returns New(ids, points), built from r (which may be nil) when it
+// can and that costs less: when ids has updateMinMembers members or more,
+// both rings have the same points per member and table widths, and the
+// change reaches few enough slots. ids must be sorted without duplicates.
+// With the same ids as r's, it shares r's table (see Shares).
 //
 // The slots that may change are those holding points of added or removed
 // members (dirty), and those before them that carry their owner or
@@ -43,32 +43,34 @@ const (
 // Every member's points are regenerated, but only those in these slots are
 // kept; each run of these slots is then refilled from its points and from
 // the slot after it, which has not changed (see refill).
-func (r *ring) with(ms []member, points int) *ring {
-	if len(ms) < updateMinMembers {
-		return newRing(ms, points)
+func (r *Ring) With(ids []string, points int) *Ring {
+	if len(ids) < updateMinMembers {
+		return New(ids, points)
 	}
-	if u := r.update(ms, max(points, 1)); u != nil {
+	if u := r.update(ids, max(points, 1)); u != nil {
 		return u
 	}
-	return newRing(ms, points)
+	return New(ids, points)
 }
 
-// update is with's incremental build, or nil where with builds anew.
-func (r *ring) update(ms []member, points int) *ring {
-	if r == nil || len(ms) < 2 || len(r.members) < 2 || r.points != points ||
-		ownerWidth(len(ms)) != ownerWidth(len(r.members)) || succBits(len(ms)) != succBits(len(r.members)) {
+// update is With's incremental build, or nil where With builds anew.
+func (r *Ring) update(ms []string, points int) *Ring {
+	if r == nil || r.alt != nil || len(ms) < 2 || r.n < 2 || r.points != points ||
+		ownerWidth(len(ms)) != ownerWidth(r.n) || succBits(len(ms)) != succBits(r.n) {
 		return nil
 	}
-	remap, moved, changed := diffMembers(r.members, ms)
+	remap, moved, changed := diffMembers(r.ids, ms)
 	if len(changed) == 0 {
-		return r.withMembers(ms)
+		c := *r // the same table, read by the same indexes
+		c.ids = ms
+		return &c
 	}
 	if len(changed)*points > maxUpdateSlots {
 		return nil
 	}
 	dirty := slotSet(new([numSlots / 64]uint64))
 	for _, m := range changed {
-		seed := xxhash.Sum64String(m.id)
+		seed := xxhash.Sum64String(m)
 		for i := range points {
 			s := slotOf(point(seed, i))
 			dirty[s/64] |= 1 << (s % 64)
@@ -90,7 +92,7 @@ func (r *ring) update(ms []member, points int) *ring {
 	}
 	var kept []uint64 // the points in set
 	for m := range ms {
-		seed := xxhash.Sum64String(ms[m].id)
+		seed := xxhash.Sum64String(ms[m])
 		for i := range points {
 			s := slotOf(point(seed, i))
 			if groups[s/16/64]>>(s/16%64)&1 != 0 && has(set, s) {
@@ -105,9 +107,7 @@ func (r *ring) update(ms []member, points int) *ring {
 		t = r.table.clone()
 	}
 	t.refill(set, bySlot(kept))
-	nr := &ring{table: t, points: points}
-	nr.setMembers(ms)
-	return nr
+	return &Ring{ids: ms, n: len(ms), table: t, points: points}
 }
 
 // ownerWidth returns the bits an owner takes in a table of n members (see
@@ -122,18 +122,18 @@ func ownerWidth(n int) int {
 	return 16
 }
 
-// diffMembers returns, for each of the sorted members old, its index in the
-// sorted members ms (0 if it is not there: no slot the update keeps names
-// it), whether any index moved, and the members in one and not the other.
-func diffMembers(old, ms []member) (remap []uint16, moved bool, changed []member) {
+// diffMembers returns, for each of the sorted member ids old, its index in
+// the sorted ids ms (0 if it is not there: no slot the update keeps names
+// it), whether any index moved, and the ids in one and not the other.
+func diffMembers(old, ms []string) (remap []uint16, moved bool, changed []string) {
 	remap = make([]uint16, len(old))
 	i, j := 0, 0
 	for i < len(old) || j < len(ms) {
 		switch {
-		case j == len(ms) || i < len(old) && old[i].id < ms[j].id:
+		case j == len(ms) || i < len(old) && old[i] < ms[j]:
 			changed = append(changed, old[i])
 			i++
-		case i == len(old) || ms[j].id < old[i].id:
+		case i == len(old) || ms[j] < old[i]:
 			changed = append(changed, ms[j])
 			j++
 		default:

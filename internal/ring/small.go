@@ -1,4 +1,4 @@
-package selector
+package ring
 
 import (
 	"encoding/binary"
@@ -8,7 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// The sorted builds, of a ring of few points (see newRing): sortedTable,
+// The sorted builds, of a ring of few points (see New): sortedTable,
 // and bytesTable for a ring of up to 256 members, whose owners and
 // successors take a byte or half of one: the common case of a few servers,
 // where a build is mostly writing 1.5 or 2 MB of table. bytesTable writes
@@ -17,7 +17,7 @@ import (
 // sortedTable does).
 
 const (
-	sortedBuildMax   = 1 << 17 // the most points newRing sorts beyond byteTableMembers
+	sortedBuildMax   = 1 << 17 // the most points New sorts beyond byteTableMembers
 	byteTableMembers = 1 << 8  // the most members whose table bytesTable builds
 	// byteBuildMax is the most points bytesTable sorts: the points and the
 	// sort's buffer take 16 bytes each, twice what the bucketed build (see
@@ -30,7 +30,7 @@ const (
 // slot's owner is the member of the first point at or after its start; its
 // successor, the member of the first point after that one of another member
 // (next, computed from the end, twice for the wrap around).
-func sortedTable(ms []member, points int) slotTable {
+func sortedTable(ms []string, points int) slotTable {
 	if len(ms) <= byteTableMembers {
 		return bytesTable(ms, points) // the same table, written directly
 	}
@@ -70,10 +70,10 @@ func fill[T uint8 | uint16](s []T, v T) {
 
 // sortedPoints returns the point keys of all of ms's points (see pointKey),
 // sorted.
-func sortedPoints(ms []member, points int) []uint64 {
+func sortedPoints(ms []string, points int) []uint64 {
 	pts := make([]uint64, 0, len(ms)*points)
 	for m := range ms {
-		seed := xxhash.Sum64String(ms[m].id)
+		seed := xxhash.Sum64String(ms[m])
 		for i := range points {
 			pts = append(pts, pointKey(seed, i, m))
 		}
@@ -89,7 +89,7 @@ func sortedPoints(ms []member, points int) []uint64 {
 // and its successor the member of the first point after that one of another
 // member. One pass from the last point back carries the successor of the
 // point after, so the successors need no array of their own.
-func bytesTable(ms []member, points int) slotTable {
+func bytesTable(ms []string, points int) slotTable {
 	pts := sortedPoints(ms, points)
 
 	t := slotTable{succ: packed{b: make([]byte, numSlots+1), bits: 8}} // the last byte is padding (see packed)

@@ -1,4 +1,4 @@
-package selector
+package ring
 
 import (
 	"strconv"
@@ -10,7 +10,7 @@ import (
 )
 
 // ch3 of key over m servers, as mcrouter's Ch3HashFunc.
-func ch3Of(key string, m uint32) uint32 { return furc(murmur64A(key), m) }
+func ch3Of(key string, m uint32) uint32 { return furc(Murmur64A(key), m) }
 
 // TestCh3Vectors: the values of mcrouter's lib/test/Ch3HashTest.cpp,
 // verbatim.
@@ -74,7 +74,7 @@ func TestRoutingKey(t *testing.T) {
 		{"/a/", "/a/"},
 		{"/a//b", "b"},
 	} {
-		require.Equal(t, tc.want, routingKey(tc.key), tc.key)
+		require.Equal(t, tc.want, RoutingKey(tc.key), tc.key)
 	}
 }
 
@@ -85,7 +85,7 @@ func FuzzCh3(f *testing.F) {
 	f.Add("", uint32(maxCh3), uint8(0))
 	f.Fuzz(func(t *testing.T, key string, m uint32, hole uint8) {
 		m = m%maxCh3 + 1
-		if got := furc(murmur64A(key), m); got >= m {
+		if got := furc(Murmur64A(key), m); got >= m {
 			t.Fatalf("furc(%q, %d) = %d", key, m, got)
 		}
 		n := int(m%64) + 2
@@ -96,7 +96,7 @@ func FuzzCh3(f *testing.F) {
 			}
 		}
 		r := newCh3(pos)
-		if o := r.owner(murmur64A(key)); int(o) >= len(pos) {
+		if o := r.owner(Murmur64A(key)); int(o) >= len(pos) {
 			t.Fatalf("owner %d of %d members", o, len(pos))
 		}
 	})
@@ -109,9 +109,9 @@ func FuzzRoutingKey(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		rk := routingKey(key)
+		rk := RoutingKey(key)
 		if !strings.Contains(key, rk) || strings.Contains(rk, "|#|") || len(rk) > len(key) {
-			t.Fatalf("routingKey(%q) = %q", key, rk)
+			t.Fatalf("RoutingKey(%q) = %q", key, rk)
 		}
 	})
 }

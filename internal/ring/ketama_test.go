@@ -1,0 +1,147 @@
+package ring
+
+import (
+	"bufio"
+	"crypto/md5"
+	"encoding/binary"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// libmemcachedServers are the servers and weights of libmemcached's ketama
+// test (see testdata/ketama_libmemcached.tsv at the root, whose tests check
+// the same vectors through PickServer).
+var libmemcachedServers = []struct {
+	addr   string
+	weight uint32
+}{
+	{"10.0.1.1:11211", 600}, {"10.0.1.2:11211", 300}, {"10.0.1.3:11211", 200}, {"10.0.1.4:11211", 350},
+	{"10.0.1.5:11211", 1000}, {"10.0.1.6:11211", 800}, {"10.0.1.7:11211", 950}, {"10.0.1.8:11211", 100},
+}
+
+type ketamaCase struct {
+	key          string
+	hash, point  uint32
+	server, line string
+}
+
+func readKetamaCases(t *testing.T) []ketamaCase {
+	f, err := os.Open("../../testdata/ketama_libmemcached.tsv")
+	require.NoError(t, err)
+	defer f.Close()
+	var cs []ketamaCase
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "#") {
+			continue
+		}
+		fs := strings.Split(sc.Text(), "\t")
+		require.Len(t, fs, 4, sc.Text())
+		h1, err1 := strconv.ParseUint(fs[1], 10, 32)
+		h2, err2 := strconv.ParseUint(fs[2], 10, 32)
+		require.NoError(t, err1)
+		require.NoError(t, err2)
+		cs = append(cs, ketamaCase{fs[0], uint32(h1), uint32(h2), fs[3], sc.Text()})
+	}
+	require.NoError(t, sc.Err())
+	require.Len(t, cs, 99)
+	return cs
+}
+
+// TestKetamaLibmemcachedVectors: libmemcached's 99 keys over 8 weighted
+// servers: each key's md5 hash, the continuum point it hits, its server.
+func TestKetamaLibmemcachedVectors(t *testing.T) {
+	var names []string
+	var weights []uint32
+	for _, s := range libmemcachedServers {
+		names, weights = append(names, s.addr), append(weights, s.weight)
+	}
+	r := NewKetama(names, weights, listOrder(len(names)))
+	c := r.alt.cont
+	require.Equal(t, 1264, len(c.value), "points") // 4 x (44+22+14+26+74+59+70+7): each weight's share of 40 x 8 digests, floored
+	for _, tc := range readKetamaCases(t) {
+		assert.Equal(t, tc.hash, MD5Key(tc.key), "hash of %q", tc.key)
+		assert.Equal(t, tc.point, c.value[c.at(tc.hash)], "point of %q", tc.key)
+		assert.Equal(t, tc.server+":11211", names[r.Owner(uint64(MD5Key(tc.key)))], "server of %q", tc.key)
+	}
+	// Past the last point, a key wraps around to the first.
+	require.Greater(t, MD5Key("VDEAAAAA"), c.value[len(c.value)-1])
+	assert.Equal(t, c.member[0], r.Owner(uint64(MD5Key("VDEAAAAA"))))
+}
+
+// TestKetamaTwemproxyVectors: twemproxy's src/test_all.c, ketama_hash and
+// hash_md5.
+func TestKetamaTwemproxyVectors(t *testing.T) {
+	point := func(s string, alignment int) uint32 {
+		d := md5.Sum([]byte(s))
+		return binary.LittleEndian.Uint32(d[4*alignment:])
+	}
+	assert.Equal(t, uint32(3853726576), point("server1-8", 0))
+	assert.Equal(t, uint32(2667054752), point("server1-8", 3))
+	assert.Equal(t, uint32(3195025439), MD5Key("apple"))
+}
+
+// TestKetamaPoints: the points a server gets are libmemcached's float32
+// arithmetic, floored: with equal weights, 160 each, but 156 for the server
+// counts where 1/n*40*n rounds below 40 in float32. The counts are
+// libmemcached's expression (hosts.cc) compiled with gcc on amd64, at -O0
+// and -O2, for 1 to 64 servers.
+func TestKetamaPoints(t *testing.T) {
+	short := map[int]bool{25: true, 47: true, 50: true, 55: true, 61: true}
+	for n := 1; n <= 64; n++ {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = "10.0.0." + strconv.Itoa(i+1)
+		}
+		want := 160
+		if short[n] {
+			want = 156
+		}
+		require.Len(t, newContinuum(names, make([]uint32, n), listOrder(n)).value, n*want, "%d servers", n)
+	}
+}
+
+// TestKetamaHost: the string a server's points are hashed from, before
+// "-i": as libmemcached and twemproxy write it, the port left out where it
+// is 11211, and an IPv6 host bare; the continuum has the points of those
+// strings. The root's TestKetamaNames checks the names SetServers gives.
+func TestKetamaHost(t *testing.T) {
+	for _, tc := range []struct {
+		name, server string
+		want         string
+	}{
+		{"default port", "10.0.0.1:11211", "10.0.0.1"},
+		{"other port", "10.0.0.1:11311", "10.0.0.1:11311"},
+		{"host name", "localhost:11211", "localhost"},
+		{"IPv6, default port", "[::1]:11211", "::1"},
+		{"IPv6, other port", "[::1]:11212", "::1:11212"},
+		{"no host:port", "/run/memcached.sock", "/run/memcached.sock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, KetamaHost(tc.server))
+			d := md5.Sum([]byte(tc.want + "-0"))
+			require.Contains(t, newContinuum([]string{tc.server}, []uint32{0}, []int{0}).value, binary.LittleEndian.Uint32(d[:4]))
+		})
+	}
+}
+
+// KetamaRanks orders discovered servers as twemproxy does: by the name it
+// hashes, the shorter first, then byte by byte.
+func TestKetamaRanks(t *testing.T) {
+	names := []string{"10.0.0.10:11211", "10.0.0.9:11211", "10.0.0.9:11311", "10.0.0.1:11211"}
+	require.Equal(t, []int{2, 1, 3, 0}, KetamaRanks(names))
+}
+
+// listOrder is the ranks of n servers in list order (see newContinuum).
+func listOrder(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
