@@ -2,10 +2,13 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
 
 // GetMultiContext gets the items of keys, as memcache.Client.GetMulti: one batch
@@ -36,7 +39,7 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		}
 		hashes[i] = c.hash(k)
 	}
-	var found map[string]*memcache.Item
+	found := make(map[string]*memcache.Item, len(keys))
 	owner := make([]*server, len(keys)) // where each key was last asked
 	var mu sync.Mutex
 	var last, retried error           // a batch's error; the last one of a batch sent again
@@ -53,9 +56,6 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 				continue // not trusted yet (see routing.ownerNow): a miss
 			}
 			if s == nil {
-				if found == nil {
-					found = map[string]*memcache.Item{}
-				}
 				return found, c.noServers()
 			}
 			owner[i] = s
@@ -65,6 +65,32 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		if len(bs) == 0 {
 			break
 		}
+		// settle reports b's outcome, err, once its hits are in found,
+		// and has its keys sent again if its server could not be reached.
+		settle := func(b batch, start time.Time, err error) {
+			f := failureOf(err)
+			if f != healthy || b.s.timeouts.Load() != 0 || b.s.keptIn.Load() {
+				c.observe(b.s, f, err)
+			}
+			c.batchDone(ctx, b.s, len(b.keys), start, err)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case f == unreachable || f == connectTimeout || f == broken && attempt < 2:
+				// Sent again: its error is the caller's only if the keys
+				// are still pending after the last attempt.
+				for _, i := range b.keys {
+					if found[keys[i]] == nil {
+						pending = append(pending, i)
+					}
+				}
+				retried = appError(err)
+			case err != nil:
+				last = appError(err)
+			}
+		}
+		// get is a batch to a server not known to speak the meta protocol,
+		// on a goroutine of its own.
 		get := func(b batch) {
 			start := c.stepStart()
 			ks := make([]string, 0, len(b.keys))
@@ -84,43 +110,60 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 					delete(items, k)
 				}
 			}
-			f := failureOf(err)
-			if f != healthy || b.s.timeouts.Load() != 0 || b.s.keptIn.Load() {
-				c.observe(b.s, f, err)
-			}
-			c.batchDone(ctx, b.s, len(b.keys), start, err)
 			mu.Lock()
-			defer mu.Unlock()
-			if found == nil { // the first batch's map is the result: no copy
-				found = items
-			} else {
-				for k, it := range items {
-					found[k] = it
-				}
+			for k, it := range items {
+				found[k] = it
 			}
-			switch {
-			case f == unreachable || f == connectTimeout || f == broken && attempt < 2:
-				// Sent again: its error is the caller's only if the keys
-				// are still pending after the last attempt.
-				for _, i := range b.keys {
-					if items[keys[i]] == nil {
-						pending = append(pending, i)
-					}
-				}
-				retried = appError(err)
-			case err != nil:
-				last = appError(err)
-			}
+			mu.Unlock()
+			settle(b, start, err)
 		}
+		// The batches to servers that speak the meta protocol are all
+		// sent first, and then read one after the other on this
+		// goroutine: about one round trip for all, without a goroutine
+		// each (see meta.Batch).
 		var wg sync.WaitGroup
-		for _, b := range bs[1:] {
-			wg.Go(func() { get(b) })
+		var sentBuf [4]sentBatch
+		sent := sentBuf[:0]
+		n := 0
+		for _, b := range bs {
+			n += len(b.keys)
 		}
-		get(bs[0])
+		ks := make([]string, n) // the batches' keys, end to end
+		for _, b := range bs {
+			if b.s.proto.Load() != protoMeta {
+				wg.Go(func() { get(b) })
+				continue
+			}
+			sb := sentBatch{b: b, start: c.stepStart()}
+			bks := ks[:0:len(b.keys)]
+			ks = ks[len(b.keys):]
+			for _, i := range b.keys {
+				if sb.err = c.clean(ctx, b.s, keys[i], false); sb.err != nil {
+					break
+				}
+				bks = append(bks, keys[i])
+			}
+			if sb.err == nil {
+				b.s.inflight.Add(1)
+				bt, err := b.s.meta.p.StartGetMulti(ctx, bks, getItem)
+				if err != nil {
+					sb.err = gomemcacheErr("get", err)
+					b.s.end(sb.err)
+				} else {
+					sb.bt, sb.ks, sb.started = bt, bks, true
+				}
+			}
+			sent = append(sent, sb)
+		}
+		for i := range sent {
+			sb := &sent[i]
+			err := sb.err
+			if sb.started {
+				err = c.readBatch(ctx, sb, hashes, &mu, found)
+			}
+			settle(sb.b, sb.start, err)
+		}
 		wg.Wait()
-	}
-	if found == nil {
-		found = map[string]*memcache.Item{}
 	}
 	if len(pending) == 0 {
 		c.handoffMulti(ctx, keys, hashes, owner, found)
@@ -128,6 +171,56 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		last = retried
 	}
 	return found, last
+}
+
+// sentBatch is a GetMulti's batch to a server that speaks the meta
+// protocol, sent (started) unless err, with keys ks, and not read yet.
+type sentBatch struct {
+	b       batch
+	ks      []string
+	start   time.Time
+	bt      meta.Batch
+	started bool
+	err     error
+}
+
+// readBatch reads sb's replies and puts its hits in found, under mu, but
+// those not servable (see servable) and placeholders (see metaWire.missed);
+// it returns the batch's error, and ends the request at sb's server. A
+// server found not to speak the meta protocol after all gets the batch
+// again in the classic one.
+func (c *Client) readBatch(ctx context.Context, sb *sentBatch, hashes []uint64, mu *sync.Mutex, found map[string]*memcache.Item) error {
+	s, mw := sb.b.s, sb.b.s.meta
+	err := gomemcacheErr("get", sb.bt.Wait(ctx))
+	if n := sb.bt.Hits(); n > 0 {
+		its := make([]memcache.Item, n) // one allocation for all
+		n = 0
+		for j, i := range sb.b.keys {
+			it, ok := sb.bt.Item(j)
+			if !ok || mw.missed(ctx, sb.ks[j], it) || !c.servable(ctx, s, sb.ks[j], hashes[i], it.CAS) {
+				continue
+			}
+			its[n] = memcache.Item{Key: sb.ks[j], Value: it.Value, Flags: it.ClientFlags, CasID: it.CAS}
+			mu.Lock()
+			found[sb.ks[j]] = &its[n]
+			mu.Unlock()
+			n++
+		}
+	}
+	if errors.Is(err, meta.ErrUnknownCommand) { // as server.call
+		s.useClassic()
+		var items map[string]*memcache.Item
+		items, err = s.classic.GetMulti(ctx, sb.ks)
+		for k, it := range items {
+			if c.servable(ctx, s, k, c.hash(k), it.CasID) {
+				mu.Lock()
+				found[k] = it
+				mu.Unlock()
+			}
+		}
+	}
+	s.end(err)
+	return err
 }
 
 // batch is the keys of a GetMulti, by index, that go to one server.

@@ -193,13 +193,19 @@ func (s *server) call(f func(w wire) error) error {
 		s.useClassic() // it was replaced by an older one since its first contact
 		err = f(s.classic)
 	}
+	s.end(err)
+	return err
+}
+
+// end ends a request that began with s.inflight.Add(1), with err, its
+// error: call's end, and a GetMulti batch's (see Client.getMulti).
+func (s *server) end(err error) {
 	if s.inflight.Add(-1) == 0 && s.retired.Load() {
 		s.closeIdle()
 	}
 	if err == nil && !s.contacted.Load() {
 		s.contacted.Store(true)
 	}
-	return err
 }
 
 // closeIdle closes the server's idle connections, in both protocols.

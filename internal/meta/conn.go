@@ -242,8 +242,18 @@ func (c *Conn) failIf(cause error, idle, drain bool) bool {
 // whoever reads its reply will. Otherwise the caller reads cl's outcome
 // and recycles it.
 func (c *Conn) do(ctx context.Context, cl *call) error {
-	o, key := cl.op, cl.key
+	if err := c.start(ctx, cl); err != nil {
+		return err
+	}
+	return c.wait(ctx, cl, cl.sent)
+}
+
+// start is do's first half: it queues cl and writes it (and whatever else
+// is queued) unless another goroutine is writing. If it returns an error,
+// cl was not queued, and start recycled it; otherwise wait is to follow.
+func (c *Conn) start(ctx context.Context, cl *call) error {
 	if err := ctx.Err(); err != nil {
+		o, key := cl.op, cl.key
 		putCall(cl)
 		return ctxError(o, key, err)
 	}
@@ -267,15 +277,26 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		}
 		c.flushLocked(true)
 	}
-	// Lead if nobody reads, unless the reply is in already: while this
-	// goroutine wrote, the leader may have read it and moved on.
+	c.mu.Unlock()
+	return nil
+}
+
+// wait is do's second half, for cl, which start queued: it waits for cl's
+// reply or the end of ctx, reading replies itself if nobody else is. If it
+// reads, the reply it waits for first is due by the later of its request's
+// queueing time and since, plus the timeout. It returns as do does.
+func (c *Conn) wait(ctx context.Context, cl *call, since time.Time) error {
+	o, key := cl.op, cl.key
+	// Lead if nobody reads, unless the reply is in already: the leader
+	// may have read it and moved on.
+	c.mu.Lock()
 	lead := !c.leading && c.err == nil && cl.state.CompareAndSwap(callWaiting, callLeading)
 	if lead {
 		c.leading = true
 	}
 	c.mu.Unlock()
 	if lead {
-		return c.lead(ctx, cl)
+		return c.lead(ctx, cl, since)
 	}
 
 	select {
@@ -288,7 +309,7 @@ func (c *Conn) do(ctx context.Context, cl *call) error {
 		<-cl.done
 	}
 	if cl.state.Load() == callLeading {
-		return c.lead(ctx, cl) // passed the read role
+		return c.lead(ctx, cl, since) // passed the read role
 	}
 	return nil
 }

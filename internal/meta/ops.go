@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Item is what mg returned. Each field is set only when the request asked
@@ -203,22 +204,103 @@ func (c *Conn) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[s
 	if len(keys) == 0 {
 		return map[string]Item{}, nil
 	}
+	// The reader may read the keys after we return.
+	bt, err := c.StartGetMulti(ctx, append([]string(nil), keys...), o)
+	if err != nil {
+		return nil, err
+	}
+	err = bt.Wait(ctx)
+	if !bt.Read() {
+		return nil, err
+	}
+	m := make(map[string]Item, bt.Hits())
+	for i, ok := range bt.b.hit {
+		if ok {
+			m[bt.b.keys[i]] = bt.b.items[i]
+		}
+	}
+	return m, err
+}
+
+// Batch is a GetMulti batch sent by [Conn.StartGetMulti] or
+// [Pool.StartGetMulti], whose replies [Batch.Wait] reads. Sending the
+// batches of several servers first and then waiting for each costs about
+// one round trip for all, on the caller's goroutine.
+type Batch struct {
+	c    *Conn
+	cl   *call  // nil once waited for
+	b    *batch // nil unless its replies were read
+	hits int
+}
+
+// StartGetMulti sends keys as GetMulti does, and returns without waiting
+// for the replies: [Batch.Wait] reads them. keys are not copied: they must
+// not change from now on, as the replies may be read, and the keys
+// compared, even after Wait returns (when its context ended). Keys are
+// not checked (see CheckKey); at least one is sent.
+//
+// Until Wait is called, nobody may read this connection's replies past
+// the batch's: a batch started is to be waited for soon, whatever
+// happens, as the requests queued after it wait too.
+func (c *Conn) StartGetMulti(ctx context.Context, keys []string, o GetOptions) (Batch, error) {
 	b := &batch{
-		keys:  append([]string(nil), keys...), // the reader may read them after we return
+		keys:  keys,
 		items: make([]Item, len(keys)),
 		hit:   make([]bool, len(keys)),
 	}
 	cl := getCall(opBatch, "")
 	cl.get, cl.batch = o, b
-	if err := c.do(ctx, cl); err != nil {
-		return nil, err
+	if err := c.start(ctx, cl); err != nil {
+		return Batch{}, err
 	}
-	defer putCall(cl)
-	m := make(map[string]Item, len(keys))
-	for i, ok := range b.hit {
+	return Batch{c: c, cl: cl}, nil
+}
+
+// Wait waits for the batch's replies, reading them on the caller's
+// goroutine if nobody else reads the connection. Its wait for the first
+// reply is bounded by the timeout from now, not from when the batch was
+// sent, so that batches waited for one after the other each have it.
+//
+// It returns nil if every reply was read; otherwise the error of a
+// SERVER_ERROR for some key (the hits of the others are read), or of
+// the connection failing (the hits read before are kept), or of ctx
+// ending (no hit is kept, and the replies are read and discarded by
+// whoever reads next). Read tells whether hits were kept. Wait may be
+// called once.
+func (bt *Batch) Wait(ctx context.Context) error {
+	cl := bt.cl
+	if cl == nil {
+		return nil
+	}
+	bt.cl = nil
+	b := cl.batch
+	if err := bt.c.wait(ctx, cl, time.Now()); err != nil {
+		return err // cl and b are whoever reads next's
+	}
+	err := cl.err
+	putCall(cl)
+	bt.b = b
+	for _, ok := range b.hit {
 		if ok {
-			m[b.keys[i]] = b.items[i]
+			bt.hits++
 		}
 	}
-	return m, cl.err
+	return err
+}
+
+// Read reports whether the batch's replies were read, and its hits can
+// be had (see Wait).
+func (bt *Batch) Read() bool { return bt.b != nil }
+
+// Hits is the number of the batch's keys that hit.
+func (bt *Batch) Hits() int { return bt.hits }
+
+// Item returns the item of the batch's ith key and true if it hit, and
+// false if it missed or the batch was not read. The item's Value is the
+// caller's.
+func (bt *Batch) Item(i int) (Item, bool) {
+	if bt.b == nil || !bt.b.hit[i] {
+		return Item{}, false
+	}
+	return bt.b.items[i], true
 }

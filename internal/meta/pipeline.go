@@ -170,7 +170,7 @@ func (c *Conn) enqueue(ctx context.Context, calls []*call) (lead bool, _ error) 
 // error, cl is no longer the caller's.
 func (c *Conn) await(ctx context.Context, cl *call, lead bool) error {
 	if lead {
-		return c.lead(ctx, cl)
+		return c.lead(ctx, cl, cl.sent)
 	}
 	o, key, n := cl.op, cl.key, cl.n // cl is recycled once abandoned
 	select {
@@ -182,7 +182,7 @@ func (c *Conn) await(ctx context.Context, cl *call, lead bool) error {
 		<-cl.done
 	}
 	if cl.state.Load() == callLeading {
-		return c.lead(ctx, cl)
+		return c.lead(ctx, cl, cl.sent)
 	}
 	return nil
 }

@@ -386,6 +386,12 @@ func (p *Pool) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[s
 	return send(ctx, p, false, "", func(c *Conn) (map[string]Item, error) { return c.GetMulti(ctx, keys, o) })
 }
 
+// StartGetMulti is [Conn.StartGetMulti] on one of p's connections: all of
+// keys go to this one server in one batch.
+func (p *Pool) StartGetMulti(ctx context.Context, keys []string, o GetOptions) (Batch, error) {
+	return send(ctx, p, false, "", func(c *Conn) (Batch, error) { return c.StartGetMulti(ctx, keys, o) })
+}
+
 // ItemSizeMax is [Conn.ItemSizeMax] on one of p's connections.
 func (p *Pool) ItemSizeMax(ctx context.Context) (int, error) {
 	return send(ctx, p, false, "", func(c *Conn) (int, error) { return c.ItemSizeMax(ctx) })

@@ -16,8 +16,9 @@ const maxDrain = 64
 // lead holds the read role for own's caller. It reads replies in order,
 // handing each to its caller, until own's is in or own's context ends
 // before own's reply begins; then it passes the role on, reading first
-// the replies already buffered. It returns as do does.
-func (c *Conn) lead(ctx context.Context, own *call) error {
+// the replies already buffered. Each reply is due as readNext's with
+// since. It returns as do does.
+func (c *Conn) lead(ctx context.Context, own *call, since time.Time) error {
 	o, key, n := own.op, own.key, own.n
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, c.interrupt)()
@@ -26,7 +27,7 @@ func (c *Conn) lead(ctx context.Context, own *call) error {
 	c.leaderCtx = ctx
 	c.mu.Unlock()
 	for {
-		cl, stopped, fatal := c.readNext(own.sent)
+		cl, stopped, fatal := c.readNext(since)
 		switch {
 		case cl == nil: // the connection failed; fail left own to us
 			own.err = fatal
