@@ -122,6 +122,26 @@ type Conn struct {
 	// The leader's alone.
 	echoes  bool  // the server echoed an opaque: every reply must carry it
 	scratch Reply // for batch replies
+	// While a batch is read, its read deadline moves on as its replies
+	// come (see readBatch): extended is when it last moved.
+	extending bool
+	extended  time.Time
+}
+
+// connReader is what a Conn's bufio.Reader reads from: the connection, its
+// read deadline moved on before each read while a batch is read (see
+// readBatch), so that the clock is read once a read, not once a reply.
+type connReader struct{ c *Conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	c := r.c
+	if c.extending {
+		if now := time.Now(); now.Sub(c.extended) > c.timeout/4 {
+			c.nc.SetReadDeadline(now.Add(c.timeout))
+			c.extended = now
+		}
+	}
+	return c.nc.Read(p)
 }
 
 // NewConn starts a Conn over nc, which it owns: Close closes nc.
@@ -134,11 +154,11 @@ func NewConn(nc net.Conn, o Options) *Conn {
 func newConn(nc net.Conn, o Options, maxValue *atomic.Int64) *Conn {
 	c := &Conn{
 		nc:       nc,
-		br:       bufio.NewReaderSize(nc, MaxLineLen),
 		timeout:  o.timeout(),
 		maxValue: maxValue,
 		drained:  make(chan struct{}),
 	}
+	c.br = bufio.NewReaderSize(connReader{c}, MaxLineLen)
 	c.interrupt = c.interruptLeader
 	return c
 }

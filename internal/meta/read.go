@@ -277,20 +277,19 @@ func (c *Conn) check(cl *call) error {
 
 // readBatch reads the replies of a GetMulti batch, hits only, up to its
 // last MN. The timeout bounds the wait for each reply, MN included, not
-// for all: a large batch takes as long as its replies take to come.
+// for all: a large batch takes as long as its replies take to come. The
+// read deadline moves on before each read from the connection (see
+// connReader), not before each reply, most of which are buffered.
 func (c *Conn) readBatch(cl *call) error {
 	b := cl.batch
 	maxValue := int(c.maxValue.Load())
-	extended := time.Now()
+	c.extending, c.extended = true, time.Now()
+	defer func() { c.extending = false }()
 	mns := marks(len(b.keys)) // MNs still due
 	most := len(b.keys) + mns // replies: one a key at most, and the MNs
 	for n := 0; ; n++ {
 		if n == most {
 			return fmt.Errorf("%w: more replies than the %d keys of a get batch", ErrProtocol, len(b.keys))
-		}
-		if now := time.Now(); now.Sub(extended) > c.timeout/4 {
-			c.nc.SetReadDeadline(now.Add(c.timeout))
-			extended = now
 		}
 		rep := &c.scratch
 		err := ReadReply(c.br, rep, maxValue)
