@@ -49,7 +49,9 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 	}
 	for attempt := 0; attempt < 4 && len(pending) > 0; attempt++ {
 		rt := c.rt.Load()
-		var bs []batch
+		var bsBuf [4]batch
+		bs := bsBuf[:0]
+		routed := pending[:0] // in place: pending is read no further
 		for _, i := range pending {
 			s, newStandIn := rt.ownerNow(hashes[i])
 			if newStandIn {
@@ -59,7 +61,21 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 				return found, c.noServers()
 			}
 			owner[i] = s
-			bs = addTo(bs, s, i)
+			routed = append(routed, i)
+			bs = countIn(bs, s)
+		}
+		// The batches' keys, end to end in one slice.
+		idx := make([]int, len(routed))
+		for j := range bs {
+			bs[j].keys, idx = idx[:0:bs[j].n], idx[bs[j].n:]
+		}
+		for _, i := range routed {
+			for j := range bs {
+				if bs[j].s == owner[i] {
+					bs[j].keys = append(bs[j].keys, i)
+					break
+				}
+			}
 		}
 		pending = pending[:0]
 		if len(bs) == 0 {
@@ -207,6 +223,7 @@ func (c *Client) readBatch(ctx context.Context, sb *sentBatch, hashes []uint64, 
 			n++
 		}
 	}
+	sb.bt.Release()
 	if errors.Is(err, meta.ErrUnknownCommand) { // as server.call
 		s.useClassic()
 		var items map[string]*memcache.Item
@@ -227,6 +244,18 @@ func (c *Client) readBatch(ctx context.Context, sb *sentBatch, hashes []uint64, 
 type batch struct {
 	s    *server
 	keys []int
+	n    int // while a GetMulti counts its keys, before they are added
+}
+
+// countIn counts a key of server s in bs (see batch.n).
+func countIn(bs []batch, s *server) []batch {
+	for j := range bs {
+		if bs[j].s == s {
+			bs[j].n++
+			return bs
+		}
+	}
+	return append(bs, batch{s: s, n: 1})
 }
 
 // addTo adds key i of server s to bs: a slice, not a map, as a GetMulti

@@ -79,6 +79,22 @@ type batch struct {
 	hit   []bool
 }
 
+// batchPool recycles the batches that were read and released (see
+// Batch.Release); one abandoned by its caller is not recycled, as its
+// reader may still write it.
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// newBatch returns a batch of keys, recycled if one is at hand.
+func newBatch(keys []string) *batch {
+	b := batchPool.Get().(*batch)
+	n := len(keys)
+	if cap(b.items) < n || cap(b.items) > 4*n+64 {
+		b.items, b.hit = make([]Item, n), make([]bool, n)
+	}
+	b.keys, b.items, b.hit = keys, b.items[:n], b.hit[:n]
+	return b
+}
+
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func getCall(o op, key string) *call {

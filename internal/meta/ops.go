@@ -219,6 +219,7 @@ func (c *Conn) GetMulti(ctx context.Context, keys []string, o GetOptions) (map[s
 			m[bt.b.keys[i]] = bt.b.items[i]
 		}
 	}
+	bt.Release()
 	return m, err
 }
 
@@ -243,11 +244,7 @@ type Batch struct {
 // the batch's: a batch started is to be waited for soon, whatever
 // happens, as the requests queued after it wait too.
 func (c *Conn) StartGetMulti(ctx context.Context, keys []string, o GetOptions) (Batch, error) {
-	b := &batch{
-		keys:  keys,
-		items: make([]Item, len(keys)),
-		hit:   make([]bool, len(keys)),
-	}
+	b := newBatch(keys)
 	cl := getCall(opBatch, "")
 	cl.get, cl.batch = o, b
 	if err := c.start(ctx, cl); err != nil {
@@ -286,6 +283,19 @@ func (bt *Batch) Wait(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// Release recycles the batch's items: Item may not be called after it (the
+// values already had stay the caller's). A batch not released is left to
+// the garbage collector.
+func (bt *Batch) Release() {
+	if b := bt.b; b != nil {
+		bt.b = nil
+		clear(b.items)
+		clear(b.hit)
+		b.keys, b.items, b.hit = nil, b.items[:0], b.hit[:0]
+		batchPool.Put(b)
+	}
 }
 
 // Read reports whether the batch's replies were read, and its hits can
