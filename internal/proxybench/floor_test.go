@@ -156,3 +156,99 @@ func BenchmarkGetMultiFloor(b *testing.B) {
 	}
 	b.ReportMetric(float64(quantile(lat[0], 0.5)), "gm-p50-ns")
 }
+
+// BenchmarkGetFloor is BenchmarkGetMultiFloor for a Get hit, 1 goroutine:
+// gomemcache at its best, the Client, and the floor (a meta mg on one
+// pipelined connection to the key's server, picked by gomemcache's
+// ServerList before the timing; written and read on the benchmark's
+// goroutine, as a request alone on a Conn is), alternating.
+func BenchmarkGetFloor(b *testing.B) {
+	t, err := sharedTier()
+	if err != nil {
+		b.Skip(err)
+	}
+	mc := memcache.New(t.Servers...)
+	mc.Timeout, mc.MaxIdleConns = 5*time.Second, vsParallel
+	defer mc.Close()
+	if err := load(mc, gomemcache); err != nil {
+		b.Fatal(err)
+	}
+	var sl memcache.ServerList
+	if err := sl.SetServers(t.Servers...); err != nil {
+		b.Fatal(err)
+	}
+	pools := map[string]*meta.Pool{}
+	for _, s := range t.Servers {
+		a, err := net.ResolveTCPAddr("tcp", s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var d net.Dialer
+		pools[a.String()] = meta.NewPool(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", s) },
+			meta.Options{Timeout: 5 * time.Second, MaxConns: 1})
+		defer pools[a.String()].Close()
+	}
+	keyPool := make([]*meta.Pool, len(benchKeys))
+	for i, k := range benchKeys {
+		a, err := sl.PickServer(k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		keyPool[i] = pools[a.String()]
+	}
+	ss := new(selector.ServerList)
+	if err := ss.SetServers(t.Servers...); err != nil {
+		b.Fatal(err)
+	}
+	sc, err := selector.NewClientFromList(ss, selector.WithTimeout(5*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sc.Close()
+	if err := load(sc, withClient); err != nil {
+		b.Fatal(err)
+	}
+	opt := meta.GetOptions{Value: true, ClientFlags: true, CAS: true}
+	ctx := context.Background()
+	impls := []func(int) error{
+		func(i int) error { _, err := mc.Get(benchKeys[i&benchKeyMask]); return err },
+		func(i int) error { _, err := sc.Get(benchKeys[i&benchKeyMask]); return err },
+		func(i int) error {
+			_, err := keyPool[i&benchKeyMask].Get(ctx, benchKeys[i&benchKeyMask], opt)
+			return err
+		},
+	}
+	for i := range 20 {
+		for _, f := range impls {
+			if err := f(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	orders := clientOrders(len(impls))
+	lat := make([][]time.Duration, len(impls))
+	for j := range lat {
+		lat[j] = make([]time.Duration, 0, b.N)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for _, j := range orders[i%len(orders)] {
+			start := time.Now()
+			if err := impls[j](i); err != nil {
+				b.Fatal(err)
+			}
+			lat[j] = append(lat[j], time.Since(start))
+		}
+	}
+	b.StopTimer()
+	means := make([]time.Duration, len(impls))
+	for j := range lat {
+		means[j] = mean(lat[j])
+		slices.Sort(lat[j])
+	}
+	for j, name := range []string{"client", "floor"} {
+		b.ReportMetric(float64(means[j+1])/float64(means[0]), name+"/gm-mean")
+		b.ReportMetric(float64(quantile(lat[j+1], 0.5))/float64(quantile(lat[0], 0.5)), name+"/gm-p50")
+	}
+	b.ReportMetric(float64(quantile(lat[0], 0.5)), "gm-p50-ns")
+}
