@@ -262,27 +262,30 @@ func (c *Conn) failIf(cause error, idle, drain bool) bool {
 // whoever reads its reply will. Otherwise the caller reads cl's outcome
 // and recycles it.
 func (c *Conn) do(ctx context.Context, cl *call) error {
-	if err := c.start(ctx, cl); err != nil {
+	lead, err := c.start(ctx, cl, true)
+	if err != nil {
 		return err
 	}
-	return c.wait(ctx, cl, cl.sent)
+	return c.wait(ctx, cl, cl.sent, lead)
 }
 
 // start is do's first half: it queues cl and writes it (and whatever else
-// is queued) unless another goroutine is writing. If it returns an error,
-// cl was not queued, and start recycled it; otherwise wait is to follow.
-func (c *Conn) start(ctx context.Context, cl *call) error {
+// is queued) unless another goroutine is writing; if tryLead, it takes the
+// read role for cl if nobody holds it, and reports whether it did. If it
+// returns an error, cl was not queued, and start recycled it; otherwise
+// wait is to follow.
+func (c *Conn) start(ctx context.Context, cl *call, tryLead bool) (lead bool, _ error) {
 	if err := ctx.Err(); err != nil {
 		o, key := cl.op, cl.key
 		putCall(cl)
-		return ctxError(o, key, err)
+		return false, ctxError(o, key, err)
 	}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
 		putCall(cl)
-		return &unsentError{err}
+		return false, &unsentError{err}
 	}
 	c.queueLocked(cl, time.Now())
 	if !c.writing {
@@ -297,24 +300,31 @@ func (c *Conn) start(ctx context.Context, cl *call) error {
 		}
 		c.flushLocked(true)
 	}
+	if tryLead {
+		lead = c.leadLocked(cl)
+	}
 	c.mu.Unlock()
-	return nil
+	return lead, nil
 }
 
-// wait is do's second half, for cl, which start queued: it waits for cl's
-// reply or the end of ctx, reading replies itself if nobody else is. If it
-// reads, the reply it waits for first is due by the later of its request's
-// queueing time and since, plus the timeout. It returns as do does.
-func (c *Conn) wait(ctx context.Context, cl *call, since time.Time) error {
-	o, key := cl.op, cl.key
-	// Lead if nobody reads, unless the reply is in already: the leader
-	// may have read it and moved on.
-	c.mu.Lock()
+// leadLocked takes the read role for cl if nobody holds it, unless cl's
+// reply is in already (while its goroutine wrote, the leader may have
+// read it and moved on), and reports whether it did. c.mu is held.
+func (c *Conn) leadLocked(cl *call) bool {
 	lead := !c.leading && c.err == nil && cl.state.CompareAndSwap(callWaiting, callLeading)
 	if lead {
 		c.leading = true
 	}
-	c.mu.Unlock()
+	return lead
+}
+
+// wait is do's second half, for cl, which start queued: it waits for cl's
+// reply or the end of ctx, reading replies itself if it holds the read
+// role (lead) or is passed it. If it reads, the reply it waits for first
+// is due by the later of its request's queueing time and since, plus the
+// timeout. It returns as do does.
+func (c *Conn) wait(ctx context.Context, cl *call, since time.Time, lead bool) error {
+	o, key := cl.op, cl.key
 	if lead {
 		return c.lead(ctx, cl, since)
 	}

@@ -247,7 +247,7 @@ func (c *Conn) StartGetMulti(ctx context.Context, keys []string, o GetOptions) (
 	b := newBatch(keys)
 	cl := getCall(opBatch, "")
 	cl.get, cl.batch = o, b
-	if err := c.start(ctx, cl); err != nil {
+	if _, err := c.start(ctx, cl, false); err != nil {
 		return Batch{}, err
 	}
 	return Batch{c: c, cl: cl}, nil
@@ -271,7 +271,11 @@ func (bt *Batch) Wait(ctx context.Context) error {
 	}
 	bt.cl = nil
 	b := cl.batch
-	if err := bt.c.wait(ctx, cl, time.Now()); err != nil {
+	c := bt.c
+	c.mu.Lock()
+	lead := c.leadLocked(cl) // unless another reads, or read it already
+	c.mu.Unlock()
+	if err := c.wait(ctx, cl, time.Now(), lead); err != nil {
 		return err // cl and b are whoever reads next's
 	}
 	err := cl.err
