@@ -102,7 +102,7 @@ func TestNilArguments(t *testing.T) {
 		{"DeleteContext", "ctx", func() error { return c.DeleteContext(noCtx, "k") }},
 		{"IncrementContext", "ctx", func() error { _, err := c.IncrementContext(noCtx, "k", 1); return err }},
 		{"TouchContext", "ctx", func() error { return c.TouchContext(noCtx, "k", 1) }},
-		{"InvalidateContext", "ctx", func() error { return c.InvalidateContext(noCtx, "k") }},
+		{"Invalidate", "ctx", func() error { return c.Invalidate(noCtx, "k") }},
 		{"GetOrLoad ctx", "ctx", func() error { _, err := c.GetOrLoad(noCtx, "k", LoadOptions{}, load); return err }},
 		{"GetOrLoad load", "load", func() error { _, err := c.GetOrLoad(ctx, "k", LoadOptions{}, nil); return err }},
 	} {

@@ -16,7 +16,7 @@ import "github.com/kubecache/k8s-memcache-selector/internal/discovery"
 // ("endpointslices.discovery.k8s.io" or "endpoints") and Namespace.
 type APIError = discovery.APIError
 
-// ErrNoPort is returned by NewServerList when the Service's endpoints have no
+// errNoPort is returned by NewServerList when the Service's endpoints have no
 // TCP port matching the address's port: use the pods' port number (the
 // Service's targetPort) or the name of a Service port.
-var ErrNoPort = discovery.ErrNoPort
+var errNoPort = discovery.ErrNoPort

@@ -80,7 +80,7 @@ type Client struct {
 // discovers as NewServerList does, with the same Options and the Client's
 // own: WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover,
 // WithHandoff, WithMoves and WithPool.
-func NewClient(ctx context.Context, addr string, opt ...ClientOption) (*Client, error) {
+func NewClient(ctx context.Context, addr string, opt ...Option) (*Client, error) {
 	o, err := newOptions(opt)
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
@@ -101,9 +101,11 @@ func NewClient(ctx context.Context, addr string, opt ...ClientOption) (*Client, 
 // NewClientFromList returns a Client for the servers of ss, which it
 // follows as they change, and does not close: a ServerList from
 // NewServerList, or one filled with SetServers for a fixed set of servers.
-// It takes the Client's own options and WithLogger or WithSlog; an Option
-// of discovery is an error, since ss has its discovery already.
-func NewClientFromList(ss *ServerList, opt ...ClientOption) (*Client, error) {
+// It takes the Client's own options, WithLogger, WithSlog and WithMetrics
+// (with which a list filled with SetServers reports its servers and their
+// changes too, unless an earlier Client gave it Metrics); an Option of
+// discovery is an error, since ss has its discovery already.
+func NewClientFromList(ss *ServerList, opt ...Option) (*Client, error) {
 	if ss == nil {
 		return nil, fmt.Errorf("selector: %w", errNilServerList)
 	}
@@ -114,6 +116,7 @@ func NewClientFromList(ss *ServerList, opt ...ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}
+	ss.reportTo(o.client.metrics)
 	c := newClientOf(ss, false, o.client, slog.New(newLimitHandler(o.log, errorPeriod)), nil)
 	if err := c.withPool("", nil); err != nil {
 		c.Close()

@@ -17,12 +17,10 @@ import (
 // pool Client's own and reported by it, once: the groups report the rest.
 type groupMetrics struct{ Metrics }
 
-func (groupMetrics) Request(RequestEvent) {}
-
 // Begin and End: the pool Client's operation has the span (Begin's
 // context), which its groups' steps go to.
-func (groupMetrics) Begin(ctx context.Context, _ Op) context.Context { return ctx }
-func (groupMetrics) End(context.Context, RequestEvent, error)        {}
+func (groupMetrics) Begin(ctx context.Context, _ string) context.Context { return ctx }
+func (groupMetrics) End(context.Context, RequestEvent, error)            {}
 
 // forGroup returns m for a pool's groups (see groupMetrics); nil stays nil,
 // so that a pool without metrics pays nothing either.
@@ -35,7 +33,7 @@ func forGroup(m Metrics) Metrics {
 
 // opStart is an operation begun: what done reports.
 type opStart struct {
-	op    Op
+	op    string
 	start time.Time
 }
 
@@ -43,13 +41,13 @@ type opStart struct {
 // Metrics.Begin's (a tracer's span), and what done needs; without metrics,
 // ctx, and no clock read. Each public method starts
 //
-//	ctx, st := c.begin(ctx, OpGet)
+//	ctx, st := c.begin(ctx, opNameGet)
 //	defer c.done(ctx, st, &opErr)
 //
 // A closure captures a reassigned ctx by reference, which moves it to the
 // heap where the closure escapes: so GetMultiContext, whose goroutines'
 // closures do, runs its body in a function of its own (getMulti).
-func (c *Client) begin(ctx context.Context, op Op) (context.Context, opStart) {
+func (c *Client) begin(ctx context.Context, op string) (context.Context, opStart) {
 	st := opStart{op: op}
 	if c.cfg.metrics != nil { // inlined: without metrics, this is all
 		ctx = c.beginOp(ctx, &st)
@@ -73,26 +71,24 @@ func (c *Client) done(ctx context.Context, st opStart, err *error) {
 
 func (c *Client) report(ctx context.Context, st opStart, err error) {
 	ev := RequestEvent{Op: st.op, Outcome: outcomeOf(err), Duration: time.Since(st.start)}
-	if st.op == OpGet || st.op == OpGetAndTouch {
+	if st.op == opNameGet || st.op == opNameGetAndTouch {
 		if ev.Outcome == OutcomeOK {
 			ev.Outcome, ev.Hits = OutcomeHit, 1
 		} else {
 			ev.Misses = 1
 		}
 	}
-	c.cfg.metrics.Request(ev)
 	c.cfg.metrics.End(ctx, ev, err)
 }
 
 // doneMulti is done for GetMulti, which counts the keys it found.
 func (c *Client) doneMulti(ctx context.Context, st opStart, keys []string, found *map[string]*memcache.Item, err *error) {
 	if m := c.cfg.metrics; m != nil {
-		ev := RequestEvent{Op: OpGetMulti, Outcome: outcomeOf(*err), Duration: time.Since(st.start), Hits: len(*found)}
+		ev := RequestEvent{Op: opNameGetMulti, Outcome: outcomeOf(*err), Duration: time.Since(st.start), Hits: len(*found)}
 		ev.Misses = max(len(keys)-ev.Hits, 0)
 		if ev.Outcome == OutcomeOK {
 			ev.Outcome = OutcomeHit
 		}
-		m.Request(ev)
 		m.End(ctx, ev, *err)
 	}
 }
@@ -197,9 +193,9 @@ func (c *Client) reportReplay(s *server, n int) {
 }
 
 // reportHandoff reports a copy of a key from p to s (see copyTo).
-func (c *Client) reportHandoff(p, s *server, cause HandoffCause, r HandoffResult) {
+func (c *Client) reportHandoff(p, s *server, cause handoffCause, r handoffResult) {
 	if m := c.cfg.metrics; m != nil {
-		m.Handoff(HandoffEvent{From: p.addr.str, To: s.addr.str, Cause: cause, Result: r})
+		m.Handoff(HandoffEvent{From: p.addr.str, To: s.addr.str, Cause: string(cause), Result: string(r)})
 	}
 }
 

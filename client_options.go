@@ -12,7 +12,7 @@ import (
 )
 
 // clientOptions are the Client's settings: gomemcache's knobs, failover and
-// handoff, from the ClientOptions that NewServerList does not take.
+// handoff, from the Client's options, which NewServerList refuses.
 type clientOptions struct {
 	conn              connConfig
 	timeoutsUntilDown int
@@ -62,24 +62,24 @@ func defaultClientOptions() clientOptions {
 	}
 }
 
-// clientOption is a ClientOption that is not an Option: NewServerList does
-// not take it.
-type clientOption struct {
-	name string
-	set  func(c *clientOptions) error
-}
-
-func (co clientOption) apply(o *options) {
-	if err := co.set(&o.client); err != nil && o.clientErr == nil {
-		o.clientErr = fmt.Errorf("%s: %w", co.name, err)
+// clientOpt returns an Option of the Client's, named name, which set
+// applies: NewServerList refuses it, and a bad value is newOptions' error.
+func clientOpt(name string, set func(c *clientOptions) error) Option {
+	return func(o *options) {
+		if o.clientOpt == "" {
+			o.clientOpt = name
+		}
+		if err := set(&o.client); err != nil && o.clientErr == nil {
+			o.clientErr = fmt.Errorf("%s: %w", name, err)
+		}
 	}
 }
 
 // WithTimeout sets the Client's socket read and write timeout and its dial
 // timeout, as memcache.Client.Timeout; 0 means the default,
 // memcache.DefaultTimeout (500 ms).
-func WithTimeout(d time.Duration) ClientOption {
-	return clientOption{"WithTimeout", func(c *clientOptions) error {
+func WithTimeout(d time.Duration) Option {
+	return clientOpt("WithTimeout", func(c *clientOptions) error {
 		switch {
 		case d < 0:
 			return fmt.Errorf("want a positive duration, or 0 for the default (%v), got %v", defaultTimeout, d)
@@ -88,15 +88,19 @@ func WithTimeout(d time.Duration) ClientOption {
 		}
 		c.conn.timeout = d
 		return nil
-	}}
+	})
 }
 
-// WithMaxIdleConns sets the idle connections the Client keeps per server,
-// as memcache.Client.MaxIdleConns; 0 means the default,
-// memcache.DefaultMaxIdleConns (2). Set it above your peak of concurrent
-// requests to one server.
-func WithMaxIdleConns(n int) ClientOption {
-	return clientOption{"WithMaxIdleConns", func(c *clientOptions) error {
+// WithMaxIdleConns sets the connections the Client keeps to each server; 0
+// means the default, 2 (memcache.DefaultMaxIdleConns). Each connection is
+// pipelined, carrying many requests at once, so the default serves a
+// server's whole load (64 goroutines: BENCHMARKS.md); raise it only if
+// large values hold your requests up behind them. Over the classic
+// protocol (a server without the meta protocol) it is, as
+// memcache.Client.MaxIdleConns, the idle connections kept per server: there,
+// set it to your peak of concurrent requests to one server.
+func WithMaxIdleConns(n int) Option {
+	return clientOpt("WithMaxIdleConns", func(c *clientOptions) error {
 		switch {
 		case n < 0:
 			return fmt.Errorf("want at least 1, or 0 for the default (%d), got %d", defaultMaxIdleConns, n)
@@ -105,7 +109,7 @@ func WithMaxIdleConns(n int) ClientOption {
 		}
 		c.conn.maxIdle = n
 		return nil
-	}}
+	})
 }
 
 // WithMaxItemSize bounds the values the Client reads, in bytes: a larger
@@ -113,24 +117,24 @@ func WithMaxIdleConns(n int) ClientOption {
 // 0, the default, means each server's own limit (memcached's -I, its
 // item_size_max), read at the first contact; 1 MiB until it is known, or
 // if the server does not say. At most 1 GiB, memcached's largest.
-func WithMaxItemSize(n int) ClientOption {
-	return clientOption{"WithMaxItemSize", func(c *clientOptions) error {
+func WithMaxItemSize(n int) Option {
+	return clientOpt("WithMaxItemSize", func(c *clientOptions) error {
 		if n < 0 || n > 1<<30 {
 			return fmt.Errorf("want at most 1 GiB (1073741824), or 0 for each server's own limit, got %d", n)
 		}
 		c.conn.maxItem = n
 		return nil
-	}}
+	})
 }
 
 // WithDialContext makes the Client connect to memcached with dial, as
 // memcache.Client.DialContext: use a tls.Dialer's DialContext for memcached
 // with TLS. nil means the default, a net.Dialer's.
-func WithDialContext(dial func(ctx context.Context, network, address string) (net.Conn, error)) ClientOption {
-	return clientOption{"WithDialContext", func(c *clientOptions) error {
+func WithDialContext(dial func(ctx context.Context, network, address string) (net.Conn, error)) Option {
+	return clientOpt("WithDialContext", func(c *clientOptions) error {
 		c.conn.dial = dial
 		return nil
-	}}
+	})
 }
 
 // Failover is when a Client takes a server out, how it probes it until it
@@ -168,8 +172,8 @@ type Failover struct {
 // WithFailover sets the Client's failover (see Failover); the zero
 // Failover is the default. Each WithFailover sets every field: a zero one
 // is its default, not what an earlier WithFailover gave it.
-func WithFailover(f Failover) ClientOption {
-	return clientOption{"WithFailover", func(c *clientOptions) error {
+func WithFailover(f Failover) Option {
+	return clientOpt("WithFailover", func(c *clientOptions) error {
 		f := f
 		f.Timeouts = cmp.Or(f.Timeouts, defaultTimeouts)
 		f.ProbeFirst = cmp.Or(f.ProbeFirst, defaultProbeFirst)
@@ -191,7 +195,7 @@ func WithFailover(f Failover) ClientOption {
 		c.timeoutsUntilDown, c.probeMin, c.probeMax, c.maxDown = f.Timeouts, f.ProbeFirst, f.ProbeMax, f.MaxOut
 		c.standInTTL = f.StandInExpiration
 		return nil
-	}}
+	})
 }
 
 // Handoff is how a Client reads a key that moved to another server from
@@ -215,15 +219,15 @@ type Handoff struct {
 // WithHandoff sets the Client's handoff (see Handoff); the zero Handoff is
 // the default. Each WithHandoff sets every field: a zero one is its
 // default, not what an earlier WithHandoff gave it.
-func WithHandoff(h Handoff) ClientOption {
-	return clientOption{"WithHandoff", func(c *clientOptions) error {
+func WithHandoff(h Handoff) Option {
+	return clientOpt("WithHandoff", func(c *clientOptions) error {
 		if h.Expiration > maxExpiration {
 			return fmt.Errorf("Expiration %v: want up to 30 days, 0 for the default (%v), or -1 for none", h.Expiration, defaultHandoffTTL)
 		}
 		c.handoffWindow = max(cmp.Or(h.Window, defaultHandoffWindow), 0)
 		c.handoffTTL = max(cmp.Or(h.Expiration, defaultHandoffTTL), 0)
 		return nil
-	}}
+	})
 }
 
 // errDiscoveryOption is NewClientFromList's error for an Option of

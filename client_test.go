@@ -22,11 +22,11 @@ import (
 var fastFailover = WithFailover(Failover{ProbeFirst: 20 * time.Millisecond, ProbeMax: 100 * time.Millisecond})
 
 // newTestClient returns a Client over a static ServerList of addrs.
-func newTestClient(t *testing.T, addrs []string, opt ...ClientOption) (*Client, *ServerList) {
+func newTestClient(t *testing.T, addrs []string, opt ...Option) (*Client, *ServerList) {
 	t.Helper()
 	ss := new(ServerList)
 	require.NoError(t, ss.SetServers(addrs...))
-	opt = append([]ClientOption{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond)}, opt...)
+	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond)}, opt...)
 	c, err := NewClientFromList(ss, opt...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -197,7 +197,7 @@ func TestFailoverKilled(t *testing.T) {
 		require.Equal(t, "v1", string(it.Value))
 	}
 	st := stateOf(c, ms[0].addr)
-	require.Equal(t, "down", st.State)
+	require.Equal(t, ServerOut, st.State)
 	require.Equal(t, len(dead), st.Invalidations)
 }
 
@@ -436,7 +436,7 @@ func TestMaxDown(t *testing.T) {
 			out, fails := 0, 0
 			for _, s := range c.Stats().Servers {
 				switch s.State {
-				case "down":
+				case ServerOut:
 					out++
 				case "failing":
 					fails++

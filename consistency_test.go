@@ -48,7 +48,7 @@ func (f *faults) of(addr string) (bool, time.Duration) {
 	return f.drop[addr], f.delay[addr]
 }
 
-func (f *faults) option() ClientOption {
+func (f *faults) option() Option {
 	return WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
@@ -93,7 +93,7 @@ func hangUntilOut(t *testing.T, c *Client, m *memcached, key string) {
 	m.signal(syscall.SIGSTOP)
 	eventually(t, "the server to be out", func() bool {
 		c.Get(key)
-		return stateOf(c, m.addr).State == "down"
+		return stateOf(c, m.addr).State == ServerOut
 	})
 }
 
@@ -114,7 +114,7 @@ func TestGetMultiAndIncrementPassTheGate(t *testing.T) {
 	require.NoError(t, c.Set(&memcache.Item{Key: "multi", Value: []byte("20")}))
 	require.NoError(t, c.Set(&memcache.Item{Key: "counter", Value: []byte("20")}))
 	f.set(ms[0].addr, false, 0)
-	require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+	require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State)
 
 	got, err := c.GetMulti([]string{"multi"})
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestUnnoticedRestartThenOutage(t *testing.T) {
 	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}))
 	_, err := c.Get(k)
 	require.NoError(t, err)
-	require.Equal(t, "up", stateOf(c, ms[0].addr).State, "the restart went unnoticed")
+	require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State, "the restart went unnoticed")
 
 	hangUntilOut(t, c, ms[0], keys[1])
 	require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v2")}))
@@ -389,7 +389,7 @@ func TestPoolPrimaryOpsWithFirstGroupOut(t *testing.T) {
 	c.Get("x") // zone a's server is found dead
 	eventually(t, "zone a to be out", func() bool {
 		c.Set(&memcache.Item{Key: "x", Value: []byte("1")})
-		return stateOf(c, ms[0].addr).State == "down"
+		return stateOf(c, ms[0].addr).State == ServerOut
 	})
 	for i := range 10 {
 		k := fmt.Sprint("p", i)
@@ -419,7 +419,7 @@ func TestPoolStallDoesNotEmptyThePool(t *testing.T) {
 	}
 	out := 0
 	for _, s := range c.Stats().Servers {
-		if s.State == "down" {
+		if s.State == ServerOut {
 			out++
 		}
 	}
@@ -468,7 +468,7 @@ func TestReturnUnderSteadyWrites(t *testing.T) {
 	back := stateOf(c, ms[0].addr).State
 	close(stop)
 	<-done
-	require.Equal(t, "up", back, "the server stayed out under writes for %s", time.Since(start))
+	require.Equal(t, ServerUp, back, "the server stayed out under writes for %s", time.Since(start))
 	for _, k := range keys {
 		if it, err := c.Get(k); err == nil {
 			require.Equal(t, "new", string(it.Value), k)
@@ -492,7 +492,7 @@ func TestCloseDuringReplay(t *testing.T) {
 	}
 	f.set(ms[0].addr, false, 20*time.Millisecond) // it answers, slowly
 	ms[0].restart()
-	eventually(t, "the server to answer", func() bool { return stateOf(c, ms[0].addr).State != "down" })
+	eventually(t, "the server to answer", func() bool { return stateOf(c, ms[0].addr).State != ServerOut })
 	start := time.Now()
 	require.NoError(t, c.Close())
 	require.Less(t, time.Since(start), time.Second, "Close waited for the replay")
@@ -509,7 +509,7 @@ func TestServerErrorIsAnAnswer(t *testing.T) {
 	err := c.Set(&memcache.Item{Key: k, Value: make([]byte, 2<<20)})
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrNoServers), "%v", err)
-	require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+	require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State)
 	if it, err := c.Get(k); err == nil {
 		require.NotEqual(t, "old", string(it.Value), "the value before a failed write")
 	}
@@ -819,7 +819,7 @@ func TestLastServerStaysInAfterTimeouts(t *testing.T) {
 		k := keysOf(t, ss, m.addr, 1)[0]
 		eventually(t, "the killed server out", func() bool {
 			c.Get(k)
-			return stateOf(c, m.addr).State == "down"
+			return stateOf(c, m.addr).State == ServerOut
 		})
 	}
 	for _, m := range ms[2:] {
@@ -833,7 +833,7 @@ func TestLastServerStaysInAfterTimeouts(t *testing.T) {
 	}
 	up := 0
 	for _, m := range ms[2:] {
-		if stateOf(c, m.addr).State != "down" {
+		if stateOf(c, m.addr).State != ServerOut {
 			up++
 		}
 	}

@@ -196,7 +196,7 @@ func TestOutWhileFloorsAreTaken(t *testing.T) {
 	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the stand-in has no value of the key yet")
 	for _, st := range c.Stats().Servers {
 		if st.Addr == ms[0].addr {
-			require.Equal(t, "down", st.State)
+			require.Equal(t, ServerOut, st.State)
 		}
 	}
 }

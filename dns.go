@@ -51,8 +51,8 @@ type DNS struct {
 
 // Defaults of DNS.
 const (
-	DefaultDNSInterval      = 5 * time.Second
-	DefaultDNSConfirmations = 3
+	defaultDNSInterval      = 5 * time.Second
+	defaultDNSConfirmations = 3
 	// maxTTLFloor is the longest TTL that delays a lookup.
 	maxTTLFloor = time.Minute
 )
@@ -234,7 +234,7 @@ func startDNS(ctx context.Context, addr string, o options) (*ServerList, error) 
 		metrics: o.metrics, service: t.addr}
 	src := discovery.NewDNS(discovery.DNSConfig{Target: discovery.DNSTarget{Addr: t.addr, Name: t.name, SRV: t.srv, Port: t.port},
 		Client: c, Family: o.family, Log: log, Report: ss.reportDiscovery(),
-		Interval: cmp.Or(o.dns.Interval, DefaultDNSInterval), MaxTTL: cmp.Or(o.dnsMaxTTL, maxTTLFloor), Confirmations: cmp.Or(o.dns.Confirmations, DefaultDNSConfirmations),
+		Interval: cmp.Or(o.dns.Interval, defaultDNSInterval), MaxTTL: cmp.Or(o.dnsMaxTTL, maxTTLFloor), Confirmations: cmp.Or(o.dns.Confirmations, defaultDNSConfirmations),
 		Publish: func(ms []discovery.Member) error { return ss.publish(toMembers(ms), nil, 0, log) }})
 	ss.disc = src
 

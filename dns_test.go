@@ -154,19 +154,19 @@ func TestDNSOptionsRefused(t *testing.T) {
 	f := newFakeDNS(t)
 	tests := []struct {
 		name, addr string
-		opts       []ClientOption
+		opts       []Option
 		wantErr    string
 	}{
-		{"WithAPIServer", "dns+memcache:11211", []ClientOption{WithAPIServer("https://127.0.0.1:1")}, "WithAPIServer is for discovery through the Kubernetes API"},
-		{"WithLegacyEndpoints", "dnssrv+" + dnsSRV, []ClientOption{WithLegacyEndpoints()}, "WithLegacyEndpoints is for"},
-		{"ByZone", "dns+memcache:11211", []ClientOption{WithPool(ByZone("a"))}, "ByZone needs the zones"},
+		{"WithAPIServer", "dns+memcache:11211", []Option{WithAPIServer("https://127.0.0.1:1")}, "WithAPIServer is for discovery through the Kubernetes API"},
+		{"WithLegacyEndpoints", "dnssrv+" + dnsSRV, []Option{WithLegacyEndpoints()}, "WithLegacyEndpoints is for"},
+		{"ByZone", "dns+memcache:11211", []Option{WithPool(ByZone("a"))}, "ByZone needs the zones"},
 		{"WithDNS without a DNS address", "memcache:11211", nil, "WithDNS is for discovery by DNS"},
-		{"a server without a port", "dns+memcache:11211", []ClientOption{WithDNS(DNS{Server: "127.0.0.1"})}, "want host:port"},
-		{"a negative interval", "dns+memcache:11211", []ClientOption{WithDNS(DNS{Server: f.Addr(), Interval: -1})}, "cannot be negative"},
+		{"a server without a port", "dns+memcache:11211", []Option{WithDNS(DNS{Server: "127.0.0.1"})}, "want host:port"},
+		{"a negative interval", "dns+memcache:11211", []Option{WithDNS(DNS{Server: f.Addr(), Interval: -1})}, "cannot be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := append([]ClientOption{WithDNS(DNS{Server: f.Addr()})}, tt.opts...)
+			opts := append([]Option{WithDNS(DNS{Server: f.Addr()})}, tt.opts...)
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
 			c, err := NewClient(ctx, tt.addr, opts...)
@@ -434,12 +434,12 @@ func TestDNSClientFollows(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.Set(&memcache.Item{Key: "k", Value: []byte("v")}))
-	assert.Len(t, c.DiscoveryStats().Servers, 1)
+	assert.Len(t, c.Stats().Discovery.Servers, 1)
 
 	f.reply(srvOf(2))
 	eventually(t, "the Client on two servers", func() bool { return len(c.Stats().Servers) == 2 })
 	f.reply(dnstest.Reply{RCode: dns.RCodeServFail})
-	eventually(t, "the failure seen", func() bool { return c.DiscoveryStats().LastError != nil })
+	eventually(t, "the failure seen", func() bool { return c.Stats().Discovery.LastError != nil })
 	for i := range 50 {
 		k := fmt.Sprintf("key-%d", i)
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte(k)}))
@@ -447,6 +447,6 @@ func TestDNSClientFollows(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, k, string(it.Value))
 	}
-	assert.Len(t, c.DiscoveryStats().Servers, 2)
-	assert.False(t, errors.Is(c.DiscoveryStats().LastError, dns.ErrNotFound))
+	assert.Len(t, c.Stats().Discovery.Servers, 2)
+	assert.False(t, errors.Is(c.Stats().Discovery.LastError, dns.ErrNotFound))
 }

@@ -152,7 +152,7 @@ func TestPortRange(t *testing.T) {
 			f := newFakeAPI(t)
 			f.put(slice("memcache-a", "IPv4", []fakePort{tcp("memcache", n)}, ep("10.0.0.1")))
 			ss, err := newServerList(t, f, "memcache:memcache")
-			require.ErrorIs(t, err, ErrNoPort, "servers %v", func() []string {
+			require.ErrorIs(t, err, errNoPort, "servers %v", func() []string {
 				if ss == nil {
 					return nil
 				}
@@ -184,7 +184,7 @@ func TestPortRange(t *testing.T) {
 		f := newFakeAPI(t)
 		f.put(slice("memcache-a", "IPv4", []fakePort{tcp("metrics", 100000), tcp("memcache", 11211)}, ep("10.0.0.1")))
 		_, err := newServerList(t, f, "memcache:11212")
-		require.ErrorIs(t, err, ErrNoPort)
+		require.ErrorIs(t, err, errNoPort)
 		require.ErrorContains(t, err, "memcache-a has ports metrics=100000/TCP (out of range), memcache=11211/TCP")
 	})
 }

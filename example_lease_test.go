@@ -14,7 +14,7 @@ import (
 )
 
 // Cache-aside through GetOrLoad: 100 requests of a key that is not cached
-// cost the database one query; after an update, InvalidateContext marks the
+// cost the database one query; after an update, Invalidate marks the
 // value stale, and the next 100 cost one query again. Here against a
 // memcached process on this machine that the example starts, and a
 // database stand-in that counts its queries.
@@ -55,7 +55,7 @@ func ExampleClient_GetOrLoad() {
 
 	fmt.Println("price", serve(), "queries", queries.Load())
 	price = "12" // UPDATE products SET price = 12 WHERE id = ...
-	if err := c.InvalidateContext(context.Background(), "price:42"); err != nil {
+	if err := c.Invalidate(context.Background(), "price:42"); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("price", serve(), "queries", queries.Load())

@@ -263,7 +263,7 @@ func ExampleAcrossServices() {
 	k := startCluster(2, "memcache-zone-a", "memcache-zone-b", "memcache-zone-c")
 	defer k.Close()
 
-	zone := "zone-a" // in a pod: os.Getenv(selector.ZoneEnv), which the downward API sets
+	zone := "zone-a" // in a pod: os.Getenv(selector.zoneEnv), which the downward API sets
 	var others []string
 	for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
 		if z != zone {

@@ -56,7 +56,7 @@ func TestFailoverKeepsWritesOnEveryRing(t *testing.T) {
 				}
 			}
 			require.Less(t, failed, keys/100, "Sets failed")
-			require.Equal(t, "down", stateOf(c, ms[0].addr).State)
+			require.Equal(t, ServerOut, stateOf(c, ms[0].addr).State)
 			lost := 0
 			for i := range keys {
 				if !acked[i] {

@@ -17,7 +17,7 @@ import (
 // missed and moved are handed off, one batch per server they were at. It
 // returns the items found and the last error of a batch.
 func (c *Client) GetMultiContext(ctx context.Context, keys []string) (items map[string]*memcache.Item, opErr error) {
-	ctx, st := c.begin(ctx, OpGetMulti)
+	ctx, st := c.begin(ctx, opNameGetMulti)
 	defer c.doneMulti(ctx, st, keys, &items, &opErr)
 	return c.getMulti(ctx, keys)
 }
@@ -317,7 +317,7 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 				defer end()
 				for j, i := range b.keys {
 					if it := items[keys[i]]; it != nil && c.servable(c.ctx, b.s, keys[i], hashes[i], it.CasID) {
-						copied[j], _ = c.copyTo(owner[i], b.s, it, sts[j], HandoffRead)
+						copied[j], _ = c.copyTo(owner[i], b.s, it, sts[j], handoffRead)
 					}
 				}
 			}) != nil {

@@ -117,7 +117,7 @@ func (cs *copies) overtaken(key string) bool {
 // expiration where the source tells it (the meta protocol), else it
 // expires after exp seconds; with touch, after exp seconds in any case (a
 // GetAndTouch). ctx bounds the reads of the sources and the copy.
-func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, error) {
+func (c *Client) handoff(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause handoffCause) (*memcache.Item, error) {
 	it, cp, err := c.handoffFrom(ctx, h, key, s, exp, touch, cause)
 	c.handedOff(ctx, s, cp.from, err)
 	return it, err
@@ -133,7 +133,7 @@ type copied struct {
 }
 
 // handoffFrom is handoff, and tells what the copy did (see copied).
-func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause HandoffCause) (*memcache.Item, copied, error) {
+func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *server, exp int32, touch bool, cause handoffCause) (*memcache.Item, copied, error) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
 		return nil, copied{}, memcache.ErrCacheMiss
@@ -198,7 +198,7 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 // or delete overtook the copy, which st tracks: the caller registers it
 // (see copies) before it reads p, and ends it after. at tells whether s
 // holds the key now, copied or there before; where it does not, p keeps
-// it. A move (cause HandoffMove) serves nobody: its copy is not read back.
+// it. A move (cause handoffMove) serves nobody: its copy is not read back.
 // Its steps run on the Client's context, each within the timeout: a copy
 // that stopped halfway would leave a placeholder, or a key at two servers.
 // A caller that cannot wait runs it detached (see Client.detach).
@@ -220,7 +220,7 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 // move, which runs after such copies fill (s's value is present, not a
 // placeholder), deletes p's if unchanged: no server keeps a key it does
 // not own. Where s failed, p keeps the key for the next read.
-func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
+func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause handoffCause) (_ *memcache.Item, at bool) {
 	cp := c.copyOf(s, it)
 	var present *memcache.Item
 	var stub uint64
@@ -231,14 +231,14 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 			return
 		})
 	}
-	if cause == HandoffMove && !c.lossesKnown(c.ctx, s) {
+	if cause == handoffMove && !c.lossesKnown(c.ctx, s) {
 		// Whether a value of s's predates its gain of the key's slot is not
 		// known (see servable): the key stays at p, for a later round.
-		c.reportHandoff(p, s, cause, HandoffFailed)
+		c.reportHandoff(p, s, cause, handoffFailed)
 		return c.unlessOvertaken(st, it), false
 	}
 	err := reserve()
-	if err == nil && present != nil && cause == HandoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
+	if err == nil && present != nil && cause == handoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
 		// An old value of s's, from before it gained the key's slot,
 		// which servable deleted (a read at s would have): reserve again.
 		err = reserve()
@@ -247,10 +247,10 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 	case errors.Is(err, errNoReserve):
 		return c.addCopy(s, p, it, &cp, st, cause)
 	case err != nil:
-		c.reportHandoff(p, s, cause, HandoffFailed)
+		c.reportHandoff(p, s, cause, handoffFailed)
 		return c.unlessOvertaken(st, it), false
 	case present != nil:
-		if logged, _ := c.inval.lookup(s, it.Key); cause == HandoffMove && !logged {
+		if logged, _ := c.inval.lookup(s, it.Key); cause == handoffMove && !logged {
 			// s's value is newer than p's: a write's, or a copy's filled
 			// already (unless s missed a write, and its value waits to be
 			// deleted: then p's stays). p's is read no more: delete it,
@@ -259,7 +259,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 			// after a move back.
 			p.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, it.CasID) })
 		}
-		c.reportHandoff(p, s, cause, HandoffPresent)
+		c.reportHandoff(p, s, cause, handoffPresent)
 		present.Expiration = cp.Expiration // for a pool's repair (see Client.getItem)
 		return c.unlessOvertaken(st, present), true
 	case !reserved: // another copy is under way: this read is served from p, unless deleted since
@@ -272,12 +272,12 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 	perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 	if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
-		c.reportHandoff(p, s, cause, HandoffUndone)
+		c.reportHandoff(p, s, cause, handoffUndone)
 		return nil, false
 	}
 	if tomb, err := c.entombed(c.ctx, s, it.Key); tomb || err != nil {
 		s.call(func(w wire) error { return w.DeleteCAS(c.ctx, it.Key, stub) })
-		c.reportHandoff(p, s, cause, HandoffUndone)
+		c.reportHandoff(p, s, cause, handoffUndone)
 		if err != nil { // the copy cannot tell: p keeps the key
 			return nil, false
 		}
@@ -290,12 +290,12 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause Ha
 	if err := s.call(func(w wire) error { return w.Store(c.ctx, opCAS, &cp) }); err != nil {
 		// A write or delete got there first, and is newer; or s failed,
 		// and the placeholder expires by itself.
-		c.reportHandoff(p, s, cause, HandoffUndone)
+		c.reportHandoff(p, s, cause, handoffUndone)
 		return nil, false
 	}
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
-	c.reportHandoff(p, s, cause, HandoffCopied)
-	if cause == HandoffMove {
+	c.reportHandoff(p, s, cause, handoffCopied)
+	if cause == handoffMove {
 		c.mover.add(func(st *MoveStats) { st.Bytes += int64(len(cp.Value)) })
 		return &cp, true
 	}
@@ -331,7 +331,7 @@ func (c *Client) readBack(s *server, it *memcache.Item, exp int32, st *copyState
 // went, or a write or delete of this client's overtook it. Between the add
 // and the undo, another client can read the copy (see the README's
 // "Consistency").
-func (c *Client) addCopy(s, p *server, it, cp *memcache.Item, st *copyState, cause HandoffCause) (_ *memcache.Item, at bool) {
+func (c *Client) addCopy(s, p *server, it, cp *memcache.Item, st *copyState, cause handoffCause) (_ *memcache.Item, at bool) {
 	err := s.call(func(w wire) error { return w.Store(c.ctx, opAdd, cp) })
 	switch {
 	case err == nil:
@@ -339,16 +339,16 @@ func (c *Client) addCopy(s, p *server, it, cp *memcache.Item, st *copyState, cau
 		perr := p.call(func(w wire) (err error) { now, err = w.Get(c.ctx, it.Key); return })
 		if perr != nil || now.CasID != it.CasID || c.copies.check(st) {
 			c.undoCopy(s, cp)
-			c.reportHandoff(p, s, cause, HandoffUndone)
+			c.reportHandoff(p, s, cause, handoffUndone)
 			return nil, false
 		}
 		p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
-		c.reportHandoff(p, s, cause, HandoffCopied)
+		c.reportHandoff(p, s, cause, handoffCopied)
 	case !errors.Is(err, memcache.ErrNotStored):
-		c.reportHandoff(p, s, cause, HandoffFailed)
+		c.reportHandoff(p, s, cause, handoffFailed)
 		return c.unlessOvertaken(st, it), false
 	default:
-		c.reportHandoff(p, s, cause, HandoffPresent)
+		c.reportHandoff(p, s, cause, handoffPresent)
 	}
 	return c.readBack(s, it, cp.Expiration, st), true
 }
@@ -436,5 +436,5 @@ func (c *Client) handoffFirst(r *keyOp) {
 	if s == nil || len(rt.previous(h, s, time.Now(), buf[:0])) == 0 {
 		return
 	}
-	c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, HandoffRead)
+	c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, handoffRead)
 }

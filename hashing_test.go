@@ -301,7 +301,7 @@ func TestZonedPoolKetama(t *testing.T) {
 	for i := range members {
 		members[i].zone = zone[members[i].addr.str]
 	}
-	ss := &ServerList{hashing: Ketama()}
+	ss := &ServerList{hashing: Ketama(), zoned: true}
 	_, _, err = ss.update(members)
 	require.NoError(t, err)
 	c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), WithPool(ByZone("a")))

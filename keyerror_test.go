@@ -87,7 +87,7 @@ func TestMalformedKeyEveryOp(t *testing.T) {
 		{"Increment", func(c *Client, k string) error { _, err := c.Increment(k, 1); return err }},
 		{"Decrement", func(c *Client, k string) error { _, err := c.Decrement(k, 1); return err }},
 		{"GetOrLoad", func(c *Client, k string) error { _, err := c.GetOrLoad(ctx, k, LoadOptions{}, load); return err }},
-		{"Invalidate", func(c *Client, k string) error { return c.Invalidate(k) }},
+		{"Invalidate", func(c *Client, k string) error { return c.Invalidate(context.Background(), k) }},
 	}
 	keys := []string{"a bad key", strings.Repeat("k", 251), "tab\there", ""}
 	for _, c := range []*Client{plain, pooled} { // the first contacts done: nothing else is sent meanwhile
@@ -178,7 +178,7 @@ func TestValueTooLarge(t *testing.T) {
 			} else {
 				require.ErrorIs(t, gerr, memcache.ErrCacheMiss)
 			}
-			require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+			require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State)
 		})
 	}
 

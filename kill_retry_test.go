@@ -132,5 +132,5 @@ func TestReplicatedIncrementAfterKill(t *testing.T) {
 	n, err := c.Increment("n", 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), n)
-	require.Equal(t, "down", stateOf(p.c, primary).State)
+	require.Equal(t, ServerOut, stateOf(p.c, primary).State)
 }

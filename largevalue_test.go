@@ -246,7 +246,7 @@ func TestLargeValueErrorsStayTheirs(t *testing.T) {
 			wg.Wait()
 			require.Zero(t, failed.Load(), "requests beside it failed")
 			require.Equal(t, before, dials.Load(), "the connection was dialed again")
-			require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+			require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State)
 		})
 	}
 	require.EqualValues(t, 1, dials.Load())

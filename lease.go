@@ -12,42 +12,38 @@ import (
 	"github.com/kubecache/k8s-memcache-selector/internal/meta"
 )
 
-// A LoadFunc loads key's value from where the cache gets it (a database),
-// for GetOrLoad: the item to cache, of which Value, Flags and Expiration
-// are used (the Key is key). It should return when ctx ends.
-type LoadFunc func(ctx context.Context, key string) (*memcache.Item, error)
+// loadFunc is GetOrLoad's load.
+type loadFunc = func(ctx context.Context, key string) (*memcache.Item, error)
 
 // LoadOptions are GetOrLoad's options. The zero value is the default: wait
-// up to DefaultLoadWait for another client's load, then load; never serve
-// a stale value.
+// up to 1 s for another client's load, then load; never serve a stale
+// value.
 type LoadOptions struct {
 	// Wait is how long a caller waits for another client's load of the
 	// key (one that holds its lease) before it loads the key itself, or,
-	// with NoLoadAfterWait, returns ErrLoadWait. Zero means
-	// DefaultLoadWait.
+	// with NoLoadAfterWait, returns ErrLoadWait. Zero means 1 s.
 	Wait time.Duration
 	// NoLoadAfterWait makes a caller whose Wait ended return ErrLoadWait
 	// rather than load the key itself.
 	NoLoadAfterWait bool
-	// Stale lets a caller return the key's value that InvalidateContext
+	// Stale lets a caller return the key's value that Invalidate
 	// marked stale while another caller loads the new one, rather than
 	// wait. A stale value is only served from the key's own server (not a
 	// stand-in for it), and never an empty one.
 	Stale bool
 	// Lease is how long a lease lasts if its holder never sets the key (a
 	// process that died): others wait for it that long at most. A load
-	// that takes longer is returned but not cached. Zero means
-	// DefaultLease.
+	// that takes longer is returned but not cached. Zero means 10 s.
 	Lease time.Duration
 }
 
-// The defaults of LoadOptions and InvalidateContext.
+// The defaults of LoadOptions and Invalidate.
 const (
-	DefaultLoadWait = time.Second
-	DefaultLease    = 10 * time.Second
-	// StaleTTL is how long a value that InvalidateContext marked stale
+	defaultLoadWait = time.Second
+	defaultLease    = 10 * time.Second
+	// staleTTL is how long a value that Invalidate marked stale
 	// stays, for callers that allow it, if nobody loads the new one.
-	StaleTTL = 10 * time.Second
+	staleTTL = 10 * time.Second
 )
 
 // ErrLoadWait is GetOrLoad's error, with LoadOptions.NoLoadAfterWait,
@@ -55,10 +51,10 @@ const (
 // LoadOptions.Wait.
 var ErrLoadWait = errors.New("selector: another client's load of the key did not end in time")
 
-func (o LoadOptions) wait() time.Duration { return cmp0(o.Wait, DefaultLoadWait) }
+func (o LoadOptions) wait() time.Duration { return cmp0(o.Wait, defaultLoadWait) }
 
 func (o LoadOptions) leaseTTL() int32 {
-	return max(1, int32((cmp0(o.Lease, DefaultLease)+time.Second-1)/time.Second))
+	return max(1, int32((cmp0(o.Lease, defaultLease)+time.Second-1)/time.Second))
 }
 
 func cmp0(d, def time.Duration) time.Duration {
@@ -70,6 +66,9 @@ func cmp0(d, def time.Duration) time.Duration {
 
 // GetOrLoad returns key's value from the cache, or, on a miss, the value
 // load returns, which it caches: cache-aside without its two failures.
+// load reads key's value from where the cache gets it (a database) and
+// returns the item to cache, of which Value, Flags and Expiration are used
+// (the Key is key); it should return when ctx ends.
 //
 //   - No stampede: within this Client, one load of a key runs at a time,
 //     and the callers that come meanwhile wait for its value (each
@@ -81,7 +80,7 @@ func cmp0(d, def time.Duration) time.Duration {
 //   - No stale set: the value loaded is written only if the key is still
 //     as the caller found it before it loaded (its lease, or the value the
 //     gate refused, unchanged: a compare-and-swap on its CAS), so that a
-//     write, Delete or InvalidateContext of the key meanwhile wins, and
+//     write, Delete or Invalidate of the key meanwhile wins, and
 //     the value, which may predate it, is returned but not cached.
 //
 // The read is the Client's own, with failover and the gate: the lease is
@@ -110,12 +109,12 @@ func cmp0(d, def time.Duration) time.Duration {
 //
 // memcached gives the first read of an invalidated value the right to
 // reload it, whatever the read: a Get or GetMulti of the Client that gets
-// it hands it back (see metaWire.missed), so that keys read with
+// it hands it back with a new invalidation, so that keys read with
 // GetOrLoad may be read with Get as well. A client of the cache that is
 // not this one (gomemcache, or another library) keeps it: a GetOrLoad then
 // waits opt.Wait for a load that never comes.
-func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (_ *memcache.Item, opErr error) {
-	ctx, st := c.begin(ctx, OpGetOrLoad)
+func (c *Client) GetOrLoad(ctx context.Context, key string, opt LoadOptions, load func(ctx context.Context, key string) (*memcache.Item, error)) (_ *memcache.Item, opErr error) {
+	ctx, st := c.begin(ctx, opNameGetOrLoad)
 	defer c.done(ctx, st, &opErr)
 	if load == nil {
 		return nil, errNilLoad
@@ -186,7 +185,7 @@ func invalidateOn(ctx context.Context, w wire, key string, ttl int32) error {
 
 // leased is GetOrLoad's read, wait and load at c's servers (a sharded
 // Client, or a pool's primary group, with others the pool's other groups).
-func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load LoadFunc, others []*Client) (*memcache.Item, error) {
+func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load loadFunc, others []*Client) (*memcache.Item, error) {
 	h := c.hash(key)
 	var deadline time.Time
 	pause := time.Millisecond
@@ -199,7 +198,7 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load L
 			r.got.Expiration = 0
 			return r.got, nil
 		case ls.classic && errors.Is(err, memcache.ErrCacheMiss):
-			if it, herr := c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffRead); herr == nil {
+			if it, herr := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead); herr == nil {
 				it.Expiration = 0
 				return it, nil
 			}
@@ -250,7 +249,7 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load L
 // of ring. A value found there is written to s with the lease (and so
 // deleted where it was: see afterWrite), and returned with ok.
 func (c *Client) handoffLease(ctx context.Context, h uint64, key string, s *server, cas uint64) (_ *memcache.Item, ok bool, _ error) {
-	it, err := c.handoff(ctx, h, key, s, c.handoffTTL(), false, HandoffRead)
+	it, err := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead)
 	switch {
 	case isCtxErr(err):
 		c.release(s, key, cas)
@@ -282,7 +281,7 @@ func holdOf(s *server, cas uint64, won bool) leaseHold { return leaseHold{s: s, 
 // groups of a pool, each conditional on the key's CAS there (see
 // leaseHold). A lease won is released if the load fails or panics, or its
 // set fails.
-func (c *Client) loadAndSet(ctx context.Context, key string, load LoadFunc, h leaseHold, others []*Client, opt LoadOptions) (*memcache.Item, error) {
+func (c *Client) loadAndSet(ctx context.Context, key string, load loadFunc, h leaseHold, others []*Client, opt LoadOptions) (*memcache.Item, error) {
 	h.c = c
 	holds := []leaseHold{h}
 	for _, g := range others {
@@ -329,7 +328,7 @@ func (h leaseHold) release(key string) {
 
 // loadItem runs load for key, and store (if not nil) with its item,
 // which it returns as a read would.
-func loadItem(ctx context.Context, key string, load LoadFunc, store func(*memcache.Item)) (*memcache.Item, error) {
+func loadItem(ctx context.Context, key string, load loadFunc, store func(*memcache.Item)) (*memcache.Item, error) {
 	it, err := load(ctx, key)
 	if err != nil {
 		return nil, err
@@ -390,10 +389,10 @@ func (c *Client) holdFor(ctx context.Context, key string, opt LoadOptions) (leas
 	return leaseHold{c: c, s: s, cas: ls.cas, won: ls.won}, true
 }
 
-// InvalidateContext marks key's value stale, for the update path of
+// Invalidate marks key's value stale, for the update path of
 // cache-aside: the next GetOrLoad of it (in any client) loads the new
 // value while the others wait for it, or serve the stale one meanwhile
-// (LoadOptions.Stale), for StaleTTL at most; to Get, it is a miss. A lease
+// (LoadOptions.Stale), for 10 s at most; to Get, it is a miss. A lease
 // that a GetOrLoad holds on key loses its set, which may carry the value
 // from before the update. Over the classic protocol it deletes key.
 //
@@ -402,8 +401,8 @@ func (c *Client) holdFor(ctx context.Context, key string, opt LoadOptions) (leas
 // it sees it), and at its server if that is out for this client (when it
 // returns), so that no older value of key is served later. It returns
 // ErrCacheMiss only if key was found nowhere it can be.
-func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error) {
-	ctx, st := c.begin(ctx, OpInvalidate)
+func (c *Client) Invalidate(ctx context.Context, key string) (opErr error) {
+	ctx, st := c.begin(ctx, opNameInvalidate)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
@@ -426,7 +425,7 @@ func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error
 		}
 	}
 	c.entombAt(ctx, h, key)
-	r := keyOp{ctx: ctx, kind: opInvalidate, key: key, exp: int32(StaleTTL / time.Second)}
+	r := keyOp{ctx: ctx, kind: opInvalidate, key: key, exp: int32(staleTTL / time.Second)}
 	s, err := c.do(h, &r)
 	if c.afterWrite(ctx, h, key, s, err) {
 		deleted = true
@@ -435,9 +434,4 @@ func (c *Client) InvalidateContext(ctx context.Context, key string) (opErr error
 		return nil
 	}
 	return err
-}
-
-// Invalidate is InvalidateContext without a context.
-func (c *Client) Invalidate(key string) error {
-	return c.InvalidateContext(context.Background(), key)
 }

@@ -94,11 +94,11 @@ var readModes = []readMode{
 	{"GetOrLoad", func(c *Client, db *herdDB, key string) error {
 		_, err := c.GetOrLoad(context.Background(), key, LoadOptions{}, db.load)
 		return err
-	}, func(c *Client, key string) error { return c.Invalidate(key) }},
+	}, func(c *Client, key string) error { return c.Invalidate(context.Background(), key) }},
 	{"GetOrLoad-stale", func(c *Client, db *herdDB, key string) error {
 		_, err := c.GetOrLoad(context.Background(), key, LoadOptions{Stale: true}, db.load)
 		return err
-	}, func(c *Client, key string) error { return c.Invalidate(key) }},
+	}, func(c *Client, key string) error { return c.Invalidate(context.Background(), key) }},
 }
 
 // herd runs clients × goroutines readers of keys through m until stop is

@@ -10,7 +10,7 @@ import (
 // group is read first, unless it is the key's primary group, whose server
 // for the key holds the lease (see Client.GetOrLoad); then the lease is
 // taken there, and the winner writes its value to every group.
-func (pl *pooled) getOrLoad(ctx context.Context, key string, opt LoadOptions, load LoadFunc) (*memcache.Item, error) {
+func (pl *pooled) getOrLoad(ctx context.Context, key string, opt LoadOptions, load loadFunc) (*memcache.Item, error) {
 	p := pl.primaryFor(key)
 	if p == nil {
 		return nil, ErrNoServers
@@ -37,9 +37,9 @@ func (pl *pooled) getOrLoad(ctx context.Context, key string, opt LoadOptions, lo
 // (twice with miss failover: see repair).
 func (pl *pooled) invalidate(ctx context.Context, key string) error {
 	pl.copies.written(key)
-	err := pl.all(key, func(g *Client) error { return g.InvalidateContext(ctx, key) })
+	err := pl.all(key, func(g *Client) error { return g.Invalidate(ctx, key) })
 	if pl.miss {
-		pl.all(key, func(g *Client) error { return g.InvalidateContext(ctx, key) })
+		pl.all(key, func(g *Client) error { return g.Invalidate(ctx, key) })
 	}
 	return err
 }

@@ -40,7 +40,7 @@ func (db *testDB) update(key string) {
 	db.mu.Unlock()
 }
 
-// load is a LoadFunc: it reads the value, then waits for hold if set.
+// load is a loadFunc: it reads the value, then waits for hold if set.
 func (db *testDB) load(ctx context.Context, key string) (*memcache.Item, error) {
 	db.loads.Add(1)
 	v := db.value(key)
@@ -78,7 +78,7 @@ func (db *testDB) holdLoads() (started chan struct{}, release func()) {
 	}
 }
 
-func getOrLoad(t *testing.T, c *Client, key string, opt LoadOptions, load LoadFunc) string {
+func getOrLoad(t *testing.T, c *Client, key string, opt LoadOptions, load loadFunc) string {
 	t.Helper()
 	it, err := c.GetOrLoad(context.Background(), key, opt, load)
 	require.NoError(t, err)
@@ -94,19 +94,19 @@ func TestGetOrLoad(t *testing.T) {
 	errDB := errors.New("database down")
 	cases := []struct {
 		name      string
-		load      func(db *testDB) LoadFunc
+		load      func(db *testDB) loadFunc
 		wantErr   error
 		wantPanic bool
 		ctx       func() (context.Context, context.CancelFunc)
 	}{
 		{name: "ok"},
-		{name: "load fails", wantErr: errDB, load: func(db *testDB) LoadFunc {
+		{name: "load fails", wantErr: errDB, load: func(db *testDB) loadFunc {
 			return func(context.Context, string) (*memcache.Item, error) { db.loads.Add(1); return nil, errDB }
 		}},
-		{name: "load panics", wantPanic: true, load: func(db *testDB) LoadFunc {
+		{name: "load panics", wantPanic: true, load: func(db *testDB) loadFunc {
 			return func(context.Context, string) (*memcache.Item, error) { db.loads.Add(1); panic("boom") }
 		}},
-		{name: "load hangs past ctx", wantErr: context.Canceled, load: func(db *testDB) LoadFunc {
+		{name: "load hangs past ctx", wantErr: context.Canceled, load: func(db *testDB) loadFunc {
 			return func(ctx context.Context, key string) (*memcache.Item, error) {
 				db.loads.Add(1)
 				<-ctx.Done() // the test cancels it once the load runs
@@ -242,7 +242,7 @@ func TestGetOrLoadStaleSet(t *testing.T) {
 		write func(c *Client, key, v string) error
 		want  string // what the cache holds for Get after the race: "" a miss
 	}{
-		{"invalidate", func(c *Client, key, _ string) error { return c.Invalidate(key) }, ""},
+		{"invalidate", func(c *Client, key, _ string) error { return c.Invalidate(context.Background(), key) }, ""},
 		{"delete", func(c *Client, key, _ string) error { return c.Delete(key) }, ""},
 		{"set", func(c *Client, key, v string) error { return c.Set(&memcache.Item{Key: key, Value: []byte(v)}) }, "new"},
 	}
@@ -285,7 +285,7 @@ func TestGetOrLoadStaleSet(t *testing.T) {
 	}
 }
 
-// TestInvalidate: after InvalidateContext, one caller reloads (the lease
+// TestInvalidate: after Invalidate, one caller reloads (the lease
 // of the stale value) while the others serve the stale value (Stale) or
 // wait (and give up with NoLoadAfterWait); one load per invalidation. A
 // Get misses it; a plain Delete removes it; a missing key is ErrCacheMiss.
@@ -297,7 +297,7 @@ func TestInvalidate(t *testing.T) {
 	require.Equal(t, "k-v0", getOrLoad(t, a, "k", LoadOptions{}, db.load))
 
 	db.update("k")
-	require.NoError(t, b.Invalidate("k"))
+	require.NoError(t, b.Invalidate(context.Background(), "k"))
 	started, release := db.holdLoads()
 	defer release()
 	done := make(chan string)
@@ -314,12 +314,12 @@ func TestInvalidate(t *testing.T) {
 	require.Equal(t, "k-v1", getOrLoad(t, b, "k", LoadOptions{}, db.load))
 	require.Equal(t, int64(2), db.loads.Load(), "one load per invalidation")
 
-	require.NoError(t, a.Invalidate("k"))
+	require.NoError(t, a.Invalidate(context.Background(), "k"))
 	_, err = b.Get("k")
 	require.ErrorIs(t, err, memcache.ErrCacheMiss)
 	require.NoError(t, a.Delete("k"))
 	require.Equal(t, "EN", rawCommand(t, ms[0].addr, "mg k v\r\n"))
-	require.ErrorIs(t, a.Invalidate("k"), memcache.ErrCacheMiss)
+	require.ErrorIs(t, a.Invalidate(context.Background(), "k"), memcache.ErrCacheMiss)
 }
 
 // TestInvalidateThenGet: a plain Get of an invalidated key is a miss, and
@@ -332,7 +332,7 @@ func TestInvalidateThenGet(t *testing.T) {
 	db := newTestDB()
 	require.Equal(t, "k-v0", getOrLoad(t, c, "k", LoadOptions{}, db.load))
 	db.update("k")
-	require.NoError(t, c.Invalidate("k"))
+	require.NoError(t, c.Invalidate(context.Background(), "k"))
 	for _, read := range []func() error{
 		func() error { _, err := c.Get("k"); return err },
 		func() error { _, err := c.GetMulti([]string{"k"}); return err },
@@ -403,7 +403,7 @@ func TestGetOrLoadFailover(t *testing.T) {
 	require.Equal(t, key+"-v0", getOrLoad(t, c, key, LoadOptions{}, db.load))
 	hangUntilOut(t, c, ms[0], key)
 	db.update(key)
-	require.NoError(t, c.Invalidate(key)) // at the stand-in; logged for ms[0]
+	require.NoError(t, c.Invalidate(context.Background(), key)) // at the stand-in; logged for ms[0]
 	require.Equal(t, key+"-v1", getOrLoad(t, c, key, LoadOptions{}, db.load))
 	require.Equal(t, key+"-v1", getOrLoad(t, c, key, LoadOptions{}, db.load))
 	require.Equal(t, int64(2), db.loads.Load())
@@ -418,7 +418,7 @@ func TestGetOrLoadFailover(t *testing.T) {
 
 // TestGetOrLoadClassic: a server without the meta protocol has no leases:
 // GetOrLoad loads once per key within the Client, caches with add, and
-// InvalidateContext deletes.
+// Invalidate deletes.
 func TestGetOrLoadClassic(t *testing.T) {
 	ms := startMemcached(t, 1)
 	addr := classicOnly(t, ms[0].addr)
@@ -446,7 +446,7 @@ func TestGetOrLoadClassic(t *testing.T) {
 	it, err := c.Get("k")
 	require.NoError(t, err)
 	require.Equal(t, "k-v0", string(it.Value))
-	require.NoError(t, c.Invalidate("k"))
+	require.NoError(t, c.Invalidate(context.Background(), "k"))
 	_, err = c.Get("k")
 	require.ErrorIs(t, err, memcache.ErrCacheMiss)
 }
@@ -466,7 +466,7 @@ func TestGetOrLoadPool(t *testing.T) {
 	require.Equal(t, 3, holders(ms, "k"), "the value is in every group")
 
 	// A load racing an update and its invalidation writes nowhere.
-	require.NoError(t, c.Invalidate("k"))
+	require.NoError(t, c.Invalidate(context.Background(), "k"))
 	started, release := db.holdLoads()
 	done := make(chan string)
 	go func() {
@@ -475,7 +475,7 @@ func TestGetOrLoadPool(t *testing.T) {
 	}()
 	<-started
 	db.update("k")
-	require.NoError(t, other.Invalidate("k"))
+	require.NoError(t, other.Invalidate(context.Background(), "k"))
 	release()
 	require.Equal(t, "k-v0", <-done)
 	for _, m := range ms { // a raw read takes a stale value's lease: the next calls wait briefly

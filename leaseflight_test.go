@@ -11,7 +11,7 @@ import (
 )
 
 // A GetOrLoad that starts after this Client's own write of the key (a
-// Set; a database update and InvalidateContext; a Delete) does not join a
+// Set; a database update and Invalidate; a Delete) does not join a
 // load that was in flight before the write, which returns the value it
 // loaded then: it returns the write's value, or loads anew. The callers
 // that joined before the write may return the older value.
@@ -24,9 +24,9 @@ func TestGetOrLoadAfterOwnWrite(t *testing.T) {
 		{"Set", func(c *Client, _ *testDB, key string) {
 			require.NoError(t, c.Set(&memcache.Item{Key: key, Value: []byte("written")}))
 		}, "written"},
-		{"update and InvalidateContext", func(c *Client, db *testDB, key string) {
+		{"update and Invalidate", func(c *Client, db *testDB, key string) {
 			db.update(key)
-			require.NoError(t, c.InvalidateContext(context.Background(), key))
+			require.NoError(t, c.Invalidate(context.Background(), key))
 		}, "hot-v1"},
 		{"update and Delete", func(c *Client, db *testDB, key string) {
 			db.update(key)

@@ -22,9 +22,9 @@ type movedBackWorld struct {
 	keys []string
 }
 
-func newMovedBackWorld(t *testing.T, members []int, opt ...ClientOption) *movedBackWorld {
+func newMovedBackWorld(t *testing.T, members []int, opt ...Option) *movedBackWorld {
 	w := &movedBackWorld{ms: startMemcached(t, 3)}
-	opt = append([]ClientOption{WithHandoff(Handoff{Window: 100 * time.Millisecond}), WithMoves(Moves{Rate: -1})}, opt...)
+	opt = append([]Option{WithHandoff(Handoff{Window: 100 * time.Millisecond}), WithMoves(Moves{Rate: -1})}, opt...)
 	w.c, w.ss = newTestClient(t, w.addrs(members), opt...)
 	for i := range 300 {
 		w.keys = append(w.keys, fmt.Sprint("b", i))
@@ -83,7 +83,7 @@ func TestGainWithoutAnAnswer(t *testing.T) {
 	f.set(w.ms[2].addr, true, 0)
 	w.change(t, 0, 2) // and gains them back, without a floor taken
 	f.set(w.ms[2].addr, false, 0)
-	require.Equal(t, "up", stateOf(w.c, w.ms[2].addr).State)
+	require.Equal(t, ServerUp, stateOf(w.c, w.ms[2].addr).State)
 	old, hits := w.old(w.c)
 	require.Zero(t, old, "values from before the keys left, served after they came back")
 	t.Logf("%d of %d keys found", hits, len(w.keys))

@@ -13,11 +13,11 @@ import (
 // through Begin, Step and End.
 
 // Metrics receives what a Client and a ServerList do. Set it with
-// WithMetrics, or SetMetrics on a ServerList for SetServers; without one
-// nothing is measured, and nothing is paid: no clock is read.
+// WithMetrics; without it nothing is measured, and nothing is paid: no
+// clock is read.
 //
 // The methods are called synchronously by the goroutine doing the work,
-// Request on every Client operation, and some with the Client's or the
+// Begin and End on every Client operation, and some with the Client's or the
 // ServerList's lock held: they must be fast, safe for concurrent use, and
 // must not call back into the Client or ServerList. Counting into atomics,
 // as the adapters' instruments do, is the intended use. The events are
@@ -29,10 +29,6 @@ import (
 // version. A type that implements every method itself, without embedding
 // NopMetrics, may stop compiling in a minor release.
 type Metrics interface {
-	// Request reports a Client operation (Get, Set, GetMulti, ...) that
-	// returned: once per call, whatever it took inside (failover, handoff,
-	// the groups of a pool).
-	Request(RequestEvent)
 	// ServerError reports a request to one server that failed for the
 	// server's reason (it timed out, could not be reached, broke the
 	// connection), whether or not the operation then succeeded elsewhere.
@@ -60,18 +56,20 @@ type Metrics interface {
 	// (context.Background() for the forms without one), and the operation
 	// runs with the context Begin returns: a tracer starts the
 	// operation's span there, a child of the caller's, and the operation's
-	// steps, its End, and a GetOrLoad's call of its LoadFunc get that
+	// steps, its End, and a GetOrLoad's call of its load get that
 	// context. NopMetrics returns ctx.
-	Begin(ctx context.Context, op Op) context.Context
+	Begin(ctx context.Context, op string) context.Context
 	// Step reports, with the context of the operation it happened in, a
 	// request to a server, a retry, a failover or a handoff (see
 	// StepEvent). A GetMulti's requests, one per server, are reported
 	// from their goroutines, at once.
 	Step(ctx context.Context, e StepEvent)
-	// End reports that the operation Begin began returned err, with the
-	// context Begin returned and the RequestEvent just given to Request.
-	// Each Begin has one End, on the goroutine that called Begin; the
-	// groups of a pool report none of their own (see Pool).
+	// End reports a Client operation (Get, Set, GetMulti, ...) that
+	// returned err: once per call, whatever it took inside (failover,
+	// handoff, the groups of a pool), with the context Begin returned and
+	// e, what a metric counts. Each Begin has one End, on the goroutine
+	// that called Begin; the groups of a pool report none of their own
+	// (see Pool).
 	End(ctx context.Context, e RequestEvent, err error)
 }
 
@@ -80,7 +78,6 @@ type Metrics interface {
 // default; override the methods you want.
 type NopMetrics struct{}
 
-func (NopMetrics) Request(RequestEvent)           {}
 func (NopMetrics) ServerError(ServerErrorEvent)   {}
 func (NopMetrics) ServerHealth(HealthEvent)       {}
 func (NopMetrics) Invalidation(InvalidationEvent) {}
@@ -89,50 +86,40 @@ func (NopMetrics) Ring(RingEvent)                 {}
 func (NopMetrics) Discovery(DiscoveryEvent)       {}
 func (NopMetrics) NotCached(NotCachedEvent)       {}
 
-func (NopMetrics) Begin(ctx context.Context, _ Op) context.Context { return ctx }
-func (NopMetrics) Step(context.Context, StepEvent)                 {}
-func (NopMetrics) End(context.Context, RequestEvent, error)        {}
+func (NopMetrics) Begin(ctx context.Context, _ string) context.Context { return ctx }
+func (NopMetrics) Step(context.Context, StepEvent)                     {}
+func (NopMetrics) End(context.Context, RequestEvent, error)            {}
 
 // WithMetrics makes a Client, or a ServerList from NewServerList, report
 // to m (see Metrics). NewClient's ServerList reports to m too; a Client
-// from NewClientFromList reports its own work only, and its list what
-// the list was given. nil means none, as without the option.
+// from NewClientFromList reports its own work, and a ServerList filled
+// with SetServers reports to the first such Client's m (one from
+// NewServerList reports to its own). nil means none, as without the option.
 func WithMetrics(m Metrics) Option {
 	return func(o *options) { o.metrics, o.client.metrics = m, m }
 }
 
-// SetMetrics makes a ServerList that has no discovery, as for SetServers,
-// report its changes of servers to m. Call it before the ServerList is
-// shared with other goroutines; a ServerList from NewServerList takes
-// WithMetrics.
-func (ss *ServerList) SetMetrics(m Metrics) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.metrics = m
-}
-
-// An Op is a Client operation, in snake case, as metric labels want it.
-type Op string
-
-// The Client's operations. DeleteAll is reported as OpFlushAll, which it is.
+// The Client's operations, as RequestEvent.Op and Metrics.Begin name them:
+// in snake case, as metric labels want them. DeleteAll is reported as
+// "flush_all", which it is.
 const (
-	OpGet            Op = "get"
-	OpGetAndTouch    Op = "get_and_touch"
-	OpGetMulti       Op = "get_multi"
-	OpSet            Op = "set"
-	OpAdd            Op = "add"
-	OpReplace        Op = "replace"
-	OpAppend         Op = "append"
-	OpPrepend        Op = "prepend"
-	OpCompareAndSwap Op = "compare_and_swap"
-	OpDelete         Op = "delete"
-	OpTouch          Op = "touch"
-	OpIncrement      Op = "increment"
-	OpDecrement      Op = "decrement"
-	OpPing           Op = "ping"
-	OpFlushAll       Op = "flush_all"
-	OpGetOrLoad      Op = "get_or_load"
-	OpInvalidate     Op = "invalidate"
+	opNameGet            = "get"
+	opNameGetAndTouch    = "get_and_touch"
+	opNameGetMulti       = "get_multi"
+	opNameSet            = "set"
+	opNameAdd            = "add"
+	opNameReplace        = "replace"
+	opNameAppend         = "append"
+	opNamePrepend        = "prepend"
+	opNameCompareAndSwap = "compare_and_swap"
+	opNameDelete         = "delete"
+	opNameTouch          = "touch"
+	opNameIncrement      = "increment"
+	opNameDecrement      = "decrement"
+	opNamePing           = "ping"
+	opNameFlushAll       = "flush_all"
+	opNameGetOrLoad      = "get_or_load"
+	opNameInvalidate     = "invalidate"
 )
 
 // An Outcome is how an operation, or a request to one server, ended: a
@@ -158,7 +145,12 @@ const (
 
 // RequestEvent is a Client operation that returned.
 type RequestEvent struct {
-	Op       Op
+	// Op is the operation, in snake case, as metric labels want it: "get",
+	// "get_and_touch", "get_multi", "set", "add", "replace", "append",
+	// "prepend", "compare_and_swap", "delete", "touch", "increment",
+	// "decrement", "ping", "flush_all" (DeleteAll too), "get_or_load" or
+	// "invalidate".
+	Op       string
 	Outcome  Outcome
 	Duration time.Duration
 	// Hits and Misses are the keys a read found and did not find (or did not
@@ -174,13 +166,15 @@ type ServerErrorEvent struct {
 	Kind Outcome // OutcomeTimeout, OutcomeUnreachable or OutcomeBroken
 }
 
-// A ServerState is what a HealthEvent says a server became for a Client.
+// A ServerState is a server's state for a Client: what a HealthEvent says
+// it became, and what ServerStats says it is.
 type ServerState string
 
 const (
 	ServerOut     ServerState = "out"     // out for this client: its keys go to the next server
 	ServerFailing ServerState = "failing" // failing, but kept in: as many servers are out as WithFailover allows
-	ServerUp      ServerState = "up"      // back in, or no longer failing
+	ServerUp      ServerState = "up"      // in: back in, or no longer failing
+	ServerGone    ServerState = "gone"    // left the servers (ServerStats only: it is remembered a while, with its invalidations)
 )
 
 // HealthEvent is a change of a server's health for a Client.
@@ -213,30 +207,41 @@ type InvalidationEvent struct {
 	Keys int // the keys logged or replayed; 0 for overflowed and flushed
 }
 
-// A HandoffResult is how a copy of a key to its new server ended.
-type HandoffResult string
+// A handoffResult is how a copy of a key to its new server ended: see
+// HandoffEvent.Result.
+type handoffResult string
 
 const (
-	HandoffCopied  HandoffResult = "copied"  // added at the new server, and deleted where it was: a move
-	HandoffPresent HandoffResult = "present" // the new server had the key already; where it was keeps it
-	HandoffUndone  HandoffResult = "undone"  // a write or delete raced with the copy, which was taken back
-	HandoffFailed  HandoffResult = "failed"  // the new server failed; where it was keeps it
+	handoffCopied  handoffResult = "copied"
+	handoffPresent handoffResult = "present"
+	handoffUndone  handoffResult = "undone"
+	handoffFailed  handoffResult = "failed"
 )
 
-// A HandoffCause is why a key was copied.
-type HandoffCause string
+// A handoffCause is why a key was copied: see HandoffEvent.Cause.
+type handoffCause string
 
 const (
-	HandoffRead   HandoffCause = "read"   // a read missed at the key's new server after a change of servers, and found it where it was
-	HandoffReplay HandoffCause = "replay" // a server returned, and a key written while it was out moved back to it
-	HandoffMove   HandoffCause = "move"   // a change of servers moved the key's slot, and the Client that moves the slots' keys copied it (see Moves)
+	handoffRead   handoffCause = "read"
+	handoffReplay handoffCause = "replay"
+	handoffMove   handoffCause = "move"
 )
 
 // HandoffEvent is a key copied from one server to another.
 type HandoffEvent struct {
 	From, To string
-	Cause    HandoffCause
-	Result   HandoffResult
+	// Cause is why: "read" (a read missed at the key's new server after a
+	// change of servers, and found it where it was), "replay" (a server
+	// returned, and a key written while it was out moved back to it) or
+	// "move" (a change of servers moved the key's slot, and the Client that
+	// moves the slots' keys copied it: see Moves).
+	Cause string
+	// Result is how the copy ended: "copied" (added at the new server, and
+	// deleted where it was), "present" (the new server had the key already;
+	// where it was keeps it), "undone" (a write or delete raced with the
+	// copy, which was taken back) or "failed" (the new server failed; where
+	// it was keeps it).
+	Result string
 }
 
 // RingEvent is a ServerList's new set of servers.

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,9 @@ type recMetrics struct {
 	discovery    []DiscoveryEvent
 }
 
-func (m *recMetrics) Request(e RequestEvent) { m.add(func() { m.requests = append(m.requests, e) }) }
+func (m *recMetrics) End(_ context.Context, e RequestEvent, _ error) {
+	m.add(func() { m.requests = append(m.requests, e) })
+}
 func (m *recMetrics) ServerError(e ServerErrorEvent) {
 	m.add(func() { m.serverErrs = append(m.serverErrs, e) })
 }
@@ -64,7 +67,7 @@ type countMetrics struct {
 	nanos                              atomic.Int64
 }
 
-func (m *countMetrics) Request(e RequestEvent) {
+func (m *countMetrics) End(_ context.Context, e RequestEvent, _ error) {
 	m.requests.Add(1)
 	m.hits.Add(int64(e.Hits))
 	m.misses.Add(int64(e.Misses))
@@ -126,18 +129,6 @@ func TestMetricsDiscovery(t *testing.T) {
 	eventually(t, "the watch after the relist", func() bool { return ss.Stats().WatchRestarts >= 2 })
 }
 
-// A ServerList for SetServers reports its changes to SetMetrics' Metrics,
-// and nothing when they change nothing.
-func TestMetricsSetServers(t *testing.T) {
-	var m recMetrics
-	ss := new(ServerList)
-	ss.SetMetrics(&m)
-	require.NoError(t, ss.SetServers("127.0.0.1:1", "127.0.0.1:2"))
-	require.NoError(t, ss.SetServers("127.0.0.1:2", "127.0.0.1:1"))
-	require.NoError(t, ss.SetServers("127.0.0.1:2", "127.0.0.1:3"))
-	assert.Equal(t, []RingEvent{{Servers: 2, Added: 2}, {Servers: 2, Added: 1, Removed: 1}}, m.ringEvents())
-}
-
 // HasSynced and Stats().Synced agree: a ServerList without discovery is
 // synced for both (Stats said it was not).
 func TestSyncedAgrees(t *testing.T) {
@@ -162,12 +153,29 @@ func TestClientDiscoveryStats(t *testing.T) {
 	c, err := NewClient(ctx, "memcache:11211", fakeClientOptions(t, f)...)
 	require.NoError(t, err)
 	defer c.Close()
-	st := c.DiscoveryStats()
+	st := c.Stats().Discovery
 	assert.True(t, st.Synced)
-	assert.True(t, c.HasSynced())
 	assert.Equal(t, hostports("10.0.0.1", "10.0.0.2"), addrStrings(st.Servers))
 	assert.False(t, st.LastSync.IsZero(), "LastSync")
 
 	f.waitWatch(1).apply("ADDED", v4("memcache-b", ep("10.0.0.3")))
-	eventually(t, "the new server in DiscoveryStats", func() bool { return len(c.DiscoveryStats().Servers) == 3 })
+	eventually(t, "the new server in DiscoveryStats", func() bool { return len(c.Stats().Discovery.Servers) == 3 })
+}
+
+// A ServerList filled with SetServers reports its servers, and then their
+// changes, to the Metrics of the first Client made from it.
+func TestMetricsSetServers(t *testing.T) {
+	var m, other recMetrics
+	ss := new(ServerList)
+	require.NoError(t, ss.SetServers("127.0.0.1:1", "127.0.0.1:2"))
+	c, err := NewClientFromList(ss, WithMetrics(&m), WithSlog(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer c.Close()
+	c2, err := NewClientFromList(ss, WithMetrics(&other), WithSlog(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer c2.Close()
+	require.NoError(t, ss.SetServers("127.0.0.1:2", "127.0.0.1:1"))
+	require.NoError(t, ss.SetServers("127.0.0.1:2", "127.0.0.1:3"))
+	assert.Equal(t, []RingEvent{{Servers: 2, Added: 2}, {Servers: 2, Added: 1, Removed: 1}}, m.ringEvents())
+	assert.Empty(t, other.ringEvents(), "the second Client's Metrics")
 }

@@ -38,7 +38,7 @@ import (
 // uses, and again after each batch; while one takes more than twice as
 // long as before the moves, plus a millisecond, it waits between batches,
 // twice as long each time (from 5 ms, up to 200 ms), and otherwise
-// shortens the wait by a quarter, to none (see pace). From a server that
+// shortens the wait by a quarter, to none. From a server that
 // left (a terminating pod), whose keys are lost when it stops, it waits
 // 5 ms at most: yielding more there moved 128 keys every 200 ms on a loaded
 // machine, and a pod of a million keys lost most of them at the end of its
@@ -63,14 +63,14 @@ type Moves struct {
 
 // WithMoves sets how the Client moves keys after a change of servers (see
 // Moves); the zero Moves is the default.
-func WithMoves(m Moves) ClientOption {
-	return clientOption{"WithMoves", func(c *clientOptions) error {
+func WithMoves(m Moves) Option {
+	return clientOpt("WithMoves", func(c *clientOptions) error {
 		if m.Bandwidth < 0 {
 			return fmt.Errorf("Moves.Bandwidth %d is negative: give the bytes a second, or 0 for no cap", m.Bandwidth)
 		}
 		c.moves = m
 		return nil
-	}}
+	})
 }
 
 const (

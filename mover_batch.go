@@ -251,7 +251,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 	}
 	if err := b.mc.pipeline(c.ctx, s, reqs); err != nil {
 		for _, i := range idx {
-			c.reportHandoff(b.p, s, HandoffMove, HandoffFailed)
+			c.reportHandoff(b.p, s, handoffMove, handoffFailed)
 			b.decide(&b.ms[i], moveFailed, false)
 		}
 		return
@@ -261,7 +261,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 		m, r := &b.ms[i], &reqs[j]
 		switch {
 		case r.Err != nil:
-			c.reportHandoff(b.p, s, HandoffMove, HandoffFailed)
+			c.reportHandoff(b.p, s, handoffMove, handoffFailed)
 			b.decide(m, moveFailed, false)
 		case r.Item.Won() && !r.Item.Stale():
 			m.stub = r.Item.CAS
@@ -279,7 +279,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 			// and its value waits to be deleted (see copyTo).
 			logged, _ := c.inval.lookup(s, m.key)
 			m.drop = !logged
-			c.reportHandoff(b.p, s, HandoffMove, HandoffPresent)
+			c.reportHandoff(b.p, s, handoffMove, handoffPresent)
 			b.decide(m, moveDone, true)
 		}
 	}
@@ -368,16 +368,16 @@ func (c *Client) fillBatch(b *moveBatchState, s *server, idx []int) {
 		switch {
 		case m.undo || m.src == nil:
 		case m.tomb == tombUnknown:
-			c.reportHandoff(b.p, s, HandoffMove, HandoffUndone)
+			c.reportHandoff(b.p, s, handoffMove, handoffUndone)
 			b.decide(m, moveFailed, false)
 		case m.tomb == tombFound:
 			// Deleted by a client that did not see the change: p's value
 			// is older than the delete.
-			c.reportHandoff(b.p, s, HandoffMove, HandoffUndone)
+			c.reportHandoff(b.p, s, handoffMove, handoffUndone)
 			m.drop = true
 			b.decide(m, moveDone, true)
 		case c.copies.check(m.st):
-			c.reportHandoff(b.p, s, HandoffMove, HandoffUndone)
+			c.reportHandoff(b.p, s, handoffMove, handoffUndone)
 			b.decide(m, moveFailed, false)
 		default:
 			cp := c.copyOf(s, m.src)
@@ -399,11 +399,11 @@ func (c *Client) fillBatch(b *moveBatchState, s *server, idx []int) {
 		if err != nil || reqs[j].Err != nil {
 			// A write or delete got there first, and is newer; or s
 			// failed, and the placeholder expires by itself.
-			c.reportHandoff(b.p, s, HandoffMove, HandoffUndone)
+			c.reportHandoff(b.p, s, handoffMove, handoffUndone)
 			b.decide(m, moveFailed, false)
 			continue
 		}
-		c.reportHandoff(b.p, s, HandoffMove, HandoffCopied)
+		c.reportHandoff(b.p, s, handoffMove, handoffCopied)
 		m.drop = true
 		b.decide(m, moveDone, true)
 		b.mu.Lock()

@@ -107,7 +107,7 @@ func (c *Client) moveKey(ctx context.Context, p *server, key string) moveResult 
 		c.log.Debug("moving keys: a key stays where it was: its owner is out", keyServer, p.addr.str, "key", key)
 		return moveFailed
 	}
-	_, res, err := c.handoffFrom(ctx, h, key, s, c.handoffTTL(), false, HandoffMove)
+	_, res, err := c.handoffFrom(ctx, h, key, s, c.handoffTTL(), false, handoffMove)
 	switch {
 	case res.at:
 		err = nil

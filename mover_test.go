@@ -127,7 +127,7 @@ func TestMovesOnceAcrossClients(t *testing.T) {
 	for _, m := range rec {
 		m.read(func(m *recMetrics) {
 			for _, e := range m.handoffs {
-				if e.Result == HandoffCopied {
+				if e.Result == string(handoffCopied) {
 					copied[e.From]++
 				}
 			}

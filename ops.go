@@ -108,7 +108,7 @@ func (c *Client) write(r *keyOp) (bool, error) {
 // GetContext gets the item for key, as memcache.Client.Get. It fails over,
 // and a miss at a key that moved is handed off (see Client).
 func (c *Client) GetContext(ctx context.Context, key string) (_ *memcache.Item, opErr error) {
-	ctx, st := c.begin(ctx, OpGet)
+	ctx, st := c.begin(ctx, opNameGet)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (c *Client) getItem(ctx context.Context, key string, ttl bool) (*memcache.I
 // GetAndTouchContext gets the item for key and sets its expiration, as
 // memcache.Client.GetAndTouch; a value handed off gets that expiration.
 func (c *Client) GetAndTouchContext(ctx context.Context, key string, expiration int32) (_ *memcache.Item, opErr error) {
-	ctx, st := c.begin(ctx, OpGetAndTouch)
+	ctx, st := c.begin(ctx, opNameGetAndTouch)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 	case err == nil:
 		return r.got, nil
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch, HandoffRead)
+		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch, handoffRead)
 	}
 	return nil, err
 }
@@ -180,7 +180,7 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 // TouchContext sets the expiration of key, as memcache.Client.Touch, at its server.
 // A key that moved is handed off first.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (opErr error) {
-	ctx, st := c.begin(ctx, OpTouch)
+	ctx, st := c.begin(ctx, opNameTouch)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
@@ -196,7 +196,7 @@ func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) (o
 // SetContext writes item, as memcache.Client.Set. It is retried when its server
 // fails before it is sent, or its connection breaks.
 func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpSet)
+	ctx, st := c.begin(ctx, opNameSet)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -213,7 +213,7 @@ func (c *Client) SetContext(ctx context.Context, item *memcache.Item) (opErr err
 // AddContext writes item if its key holds no value, as memcache.Client.Add. A
 // key that moved is handed off first, so that a value where it was counts.
 func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpAdd)
+	ctx, st := c.begin(ctx, opNameAdd)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -231,7 +231,7 @@ func (c *Client) AddContext(ctx context.Context, item *memcache.Item) (opErr err
 // ReplaceContext writes item if its key holds a value, as memcache.Client.Replace.
 // A key that moved is handed off first.
 func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpReplace)
+	ctx, st := c.begin(ctx, opNameReplace)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -247,7 +247,7 @@ func (c *Client) ReplaceContext(ctx context.Context, item *memcache.Item) (opErr
 // AppendContext appends item's value to its key's, as memcache.Client.Append. A
 // key that moved is handed off first.
 func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpAppend)
+	ctx, st := c.begin(ctx, opNameAppend)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -263,7 +263,7 @@ func (c *Client) AppendContext(ctx context.Context, item *memcache.Item) (opErr 
 // PrependContext prepends item's value to its key's, as memcache.Client.Prepend. A
 // key that moved is handed off first.
 func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpPrepend)
+	ctx, st := c.begin(ctx, opNamePrepend)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -279,7 +279,7 @@ func (c *Client) PrependContext(ctx context.Context, item *memcache.Item) (opErr
 // CompareAndSwapContext writes item if its key's value has not changed since item
 // was read, as memcache.Client.CompareAndSwap.
 func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item) (opErr error) {
-	ctx, st := c.begin(ctx, OpCompareAndSwap)
+	ctx, st := c.begin(ctx, opNameCompareAndSwap)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admitItem(ctx, item); err != nil {
 		return err
@@ -299,7 +299,7 @@ func (c *Client) CompareAndSwapContext(ctx context.Context, item *memcache.Item)
 // returns); so it returns ErrCacheMiss only if key was found nowhere it can
 // be.
 func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
-	ctx, st := c.begin(ctx, OpDelete)
+	ctx, st := c.begin(ctx, opNameDelete)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
@@ -353,7 +353,7 @@ func (c *Client) deleteFirst(rt *routing, h uint64, r *keyOp) {
 // IncrementContext adds delta to key's value, as memcache.Client.Increment. A key
 // that moved is handed off first.
 func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
-	ctx, st := c.begin(ctx, OpIncrement)
+	ctx, st := c.begin(ctx, opNameIncrement)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return 0, err
@@ -370,7 +370,7 @@ func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64)
 // DecrementContext subtracts delta from key's value, as memcache.Client.Decrement.
 // A key that moved is handed off first.
 func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64) (_ uint64, opErr error) {
-	ctx, st := c.begin(ctx, OpDecrement)
+	ctx, st := c.begin(ctx, opNameDecrement)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return 0, err
@@ -394,7 +394,7 @@ func (c *Client) change(r *keyOp) error {
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
 	if s != nil && (errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)) {
-		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, HandoffRead); herr == nil {
+		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, handoffRead); herr == nil {
 			s, err = c.do(h, r)
 		}
 	}

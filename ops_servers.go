@@ -19,7 +19,7 @@ func (c *Client) each(op func(wire) error) error {
 // PingContext checks that every server answers, as memcache.Client.Ping, and
 // returns the first error; servers out for this client are pinged too.
 func (c *Client) PingContext(ctx context.Context) (opErr error) {
-	ctx, st := c.begin(ctx, OpPing)
+	ctx, st := c.begin(ctx, opNamePing)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
@@ -35,9 +35,10 @@ func (c *Client) PingContext(ctx context.Context) (opErr error) {
 // the members, and the servers that left but may still be read (see
 // Client). A server that cannot be flushed now (out for this client, or
 // failing) serves none of its values from before the flush when it is next
-// used (see invalLog), and no key is handed off from before it.
+// used (a CAS floor: see docs/consistency.md), and no key is handed off
+// from before it.
 func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
-	ctx, st := c.begin(ctx, OpFlushAll)
+	ctx, st := c.begin(ctx, opNameFlushAll)
 	defer c.done(ctx, st, &opErr)
 	if err := c.admit(ctx); err != nil {
 		return err
@@ -83,11 +84,8 @@ func (c *Client) FlushAllContext(ctx context.Context) (opErr error) {
 
 // DeleteAll deletes every item on every server, as FlushAll. Unlike
 // memcache.Client.DeleteAll, which flushes only the server of the key "",
-// it clears the whole cache.
+// it clears the whole cache. Its form with a context is FlushAllContext.
 func (c *Client) DeleteAll() error { return c.FlushAll() }
-
-// DeleteAllContext is FlushAllContext, as memcache.Client.DeleteAll is FlushAll.
-func (c *Client) DeleteAllContext(ctx context.Context) error { return c.FlushAllContext(ctx) }
 
 // floorAfterFlush gives s, just flushed, a CAS floor, so that none of its
 // values from before the flush is served (see servable) or changed in place

@@ -14,9 +14,13 @@ import (
 	"github.com/kubecache/k8s-memcache-selector/internal/dns"
 )
 
-// An Option configures discovery: NewServerList and NewClient take it, and
-// NewClientFromList takes WithLogger and WithSlog (its ServerList has the
-// rest already). Every Option is a ClientOption too.
+// An Option configures a ServerList or a Client. NewClient takes every
+// Option; NewServerList takes those of discovery and logging, and refuses
+// the Client's own (WithTimeout, WithMaxIdleConns, WithMaxItemSize,
+// WithDialContext, WithFailover, WithHandoff, WithMoves and WithPool) with
+// an error that says so; NewClientFromList takes the Client's own,
+// WithLogger, WithSlog and WithMetrics, and refuses those of discovery,
+// which its ServerList has already.
 //
 // One rule holds for every option's argument: its zero value (0, "", nil, a
 // zero struct or a zero field of one) means the default. Where a setting can
@@ -24,20 +28,6 @@ import (
 // does; the setting's doc says so. Of two options that set the same thing,
 // the last wins.
 type Option func(o *options)
-
-// A ClientOption configures a Client. The Client's own options
-// (WithTimeout, WithMaxIdleConns, WithDialContext, WithFailover, WithHandoff
-// and WithPool) are ClientOptions but not Options, so that NewServerList
-// does not compile with them. Every Option is a ClientOption, so that
-// NewClient takes both kinds; NewClientFromList takes the Client's own and
-// WithLogger or WithSlog.
-//
-// A list of both kinds is a []ClientOption: a []Option does not convert.
-type ClientOption interface {
-	apply(o *options)
-}
-
-func (f Option) apply(o *options) { f(o) }
 
 type options struct {
 	log        slog.Handler
@@ -57,6 +47,7 @@ type options struct {
 	dnsSet     bool    // WithDNS was given
 
 	client    clientOptions // the Client's, from client options
+	clientOpt string        // the first client option given: NewServerList refuses it
 	clientErr error         // a client option's bad value, reported by newOptions
 
 	// Seams for tests.
@@ -83,13 +74,13 @@ func discoveryOption(name string, f func(o *options)) Option {
 
 // newOptions applies opt over the defaults and checks the result, so that a
 // mistake is an error from NewServerList rather than a surprise later.
-func newOptions[T ClientOption](opt []T) (options, error) {
+func newOptions(opt []Option) (options, error) {
 	o := options{log: slog.Default().Handler(), getenv: os.Getenv, saDir: serviceAccountDir, client: defaultClientOptions(), resolvConf: dns.ResolvConf}
 	for i, f := range opt {
-		if isNil(f) {
+		if f == nil {
 			return o, fmt.Errorf("option %d of %d is nil", i+1, len(opt))
 		}
-		f.apply(&o)
+		f(&o)
 	}
 	switch {
 	case o.clientErr != nil:
@@ -111,12 +102,6 @@ func newOptions[T ClientOption](opt []T) (options, error) {
 		return o, fmt.Errorf("WithIPFamily(%q): want \"IPv4\" or \"IPv6\", as in an EndpointSlice's addressType, or \"\" for the default", o.family)
 	}
 	return o, nil
-}
-
-// isNil reports whether c is nil, or holds a nil Option.
-func isNil(c ClientOption) bool {
-	f, ok := c.(Option)
-	return c == nil || ok && f == nil
 }
 
 // WithLogger sends the logs to l, one formatted line a record: server

@@ -17,8 +17,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// A Pool says how a Client places each key on the Service's servers:
-// Sharded (the default) puts it on one server; Replicated on every server;
+// A Pool says how a Client places each key on the Service's servers: the
+// zero Pool, the default, puts it on one server (a sharded pool);
+// Replicated on every server;
 // ByZone on one server in each zone; AcrossServices on one server of each
 // of several Services. A Client of such a pool keeps one group of servers
 // per replica (a pod, a zone or a Service), each a sharded Client of its
@@ -68,13 +69,10 @@ const (
 // ErrPoolCAS is returned by CompareAndSwap on a replicated or zoned pool.
 var ErrPoolCAS = errors.New("selector: CompareAndSwap needs one copy of a key, and a replicated or zoned pool has several, with CAS ids of their own: use a sharded pool for keys updated by CAS")
 
-// ZoneEnv is the environment variable that ByZone("") reads the client's
+// zoneEnv is the environment variable that ByZone("") reads the client's
 // zone from: set it from the node's topology.kubernetes.io/zone label
 // (docs/pools.md shows how).
-const ZoneEnv = "SELECTOR_ZONE"
-
-// Sharded is the default pool: each key on one server.
-func Sharded() Pool { return Pool{} }
+const zoneEnv = "SELECTOR_ZONE"
 
 // Replicated is a pool in which every ready pod of the Service holds every
 // key: for small, hot data sets.
@@ -84,8 +82,11 @@ func Replicated() Pool { return Pool{kind: replicated} }
 // EndpointSlice controller copies from the node's
 // topology.kubernetes.io/zone label): one sharded ring per zone, each key
 // on one server in each zone, and reads in zone, the client's own. "" reads
-// it from the ZoneEnv environment variable. A zone that no endpoint of the
-// Service has is logged as a warning, with the zones it has.
+// it from the environment variable SELECTOR_ZONE. A zone that no endpoint of
+// the Service has is logged as a warning, with the zones it has. It needs
+// the zones of the Service's EndpointSlices: a ServerList filled with
+// SetServers, or discovered by DNS or from Endpoints (WithLegacyEndpoints),
+// has none, and NewClient and NewClientFromList refuse ByZone over it.
 func ByZone(zone string) Pool { return Pool{kind: byZone, zone: zone} }
 
 // AcrossServices is a pool over several Services: NewClient's and each of
@@ -104,13 +105,16 @@ func AcrossServices(addrs ...string) Pool {
 // and copy a hit back to the groups that missed.
 func (p Pool) WithMissFailover() Pool { p.miss = true; return p }
 
-// WithPool sets the Client's pool; the zero Pool is the default,
-// Sharded().
-func WithPool(p Pool) ClientOption {
-	return clientOption{"WithPool", func(c *clientOptions) error {
+// WithPool sets the Client's pool; the zero Pool is the default, a sharded
+// pool: each key on one server.
+func WithPool(p Pool) Option {
+	return clientOpt("WithPool", func(c *clientOptions) error {
+		if p.kind == sharded && p.miss {
+			return errors.New("WithMissFailover is for a pool with copies of each key, and the zero Pool has one: use Replicated(), ByZone or AcrossServices with it")
+		}
 		c.pool = p
 		return nil
-	}}
+	})
 }
 
 // pooled is the state of a Client of a replicated or zoned pool.
@@ -152,9 +156,14 @@ type poolView struct {
 // newPooled sets up the pool p of c, whose Service is own. discover starts the discovery of
 // another Service for AcrossServices, and is nil for NewClientFromList.
 func newPooled(c *Client, p Pool, own string, discover func(addr string) (*ServerList, error)) (*pooled, error) {
+	if p.kind == byZone && !c.list.zoned {
+		return nil, errors.New("ByZone needs the zones of a Service's EndpointSlices, and this list of servers has none " +
+			"(filled with SetServers, or discovered by DNS or from Endpoints): give NewClient the Service's address, " +
+			"or use Replicated() for a copy of each key on every server")
+	}
 	if p.kind == byZone && p.zone == "" {
-		if p.zone = os.Getenv(ZoneEnv); p.zone == "" {
-			return nil, fmt.Errorf("ByZone(\"\"): %s is not set; give the client's zone, or set %s from the node's topology.kubernetes.io/zone label", ZoneEnv, ZoneEnv)
+		if p.zone = os.Getenv(zoneEnv); p.zone == "" {
+			return nil, fmt.Errorf("ByZone(\"\"): %s is not set; give the client's zone, or set %s from the node's topology.kubernetes.io/zone label", zoneEnv, zoneEnv)
 		}
 	}
 	cfg := c.cfg

@@ -17,7 +17,7 @@ import (
 
 // newPoolClient returns a Client of pool p over servers in zones: zones[i]
 // is the zone of ms[i].
-func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ...ClientOption) (*Client, *ServerList) {
+func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ...Option) (*Client, *ServerList) {
 	t.Helper()
 	members, err := staticMembers(addrsOf(ms))
 	require.NoError(t, err)
@@ -28,10 +28,10 @@ func newPoolClient(t *testing.T, ms []*memcached, zones []string, p Pool, opt ..
 			}
 		}
 	}
-	ss := new(ServerList)
+	ss := &ServerList{zoned: true} // as discovery of EndpointSlices makes it
 	_, _, err = ss.update(members)
 	require.NoError(t, err)
-	opt = append([]ClientOption{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond), WithPool(p)}, opt...)
+	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300 * time.Millisecond), WithPool(p)}, opt...)
 	c, err := NewClientFromList(ss, opt...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -96,7 +96,7 @@ func TestReplicatedNoStaleRead(t *testing.T) {
 	ms[0].signal(syscall.SIGCONT)
 	for _, g := range c.pool.view.Load().all {
 		eventually(t, "the replica to be back", func() bool {
-			return stateOf(g.c, ms[0].addr).State != "down" // "" in the other replica's group
+			return stateOf(g.c, ms[0].addr).State != ServerOut // "" in the other replica's group
 		})
 	}
 	// Until the keys logged for it are deleted there, the read gate does
@@ -199,9 +199,33 @@ func TestPoolPrimaryOps(t *testing.T) {
 }
 
 func TestByZoneNeedsAZone(t *testing.T) {
-	t.Setenv(ZoneEnv, "")
-	_, err := NewClientFromList(new(ServerList), WithPool(ByZone("")))
-	require.ErrorContains(t, err, ZoneEnv+" is not set")
+	t.Setenv(zoneEnv, "")
+	_, err := NewClientFromList(&ServerList{zoned: true}, WithPool(ByZone("")))
+	require.ErrorContains(t, err, zoneEnv+" is not set")
+}
+
+// TestPoolsRefuseWhatCannotApply: options that cannot apply are errors that
+// name the fix, not warnings.
+func TestPoolsRefuseWhatCannotApply(t *testing.T) {
+	var fixed ServerList
+	require.NoError(t, fixed.SetServers("127.0.0.1:11211"))
+	for _, tc := range []struct {
+		name string
+		opt  Option
+		want string
+	}{
+		{"ByZone on a fixed list", WithPool(ByZone("a")), "ByZone needs the zones of a Service's EndpointSlices, and this list of servers has none (filled with SetServers, or discovered by DNS or from Endpoints): give NewClient the Service's address, or use Replicated()"},
+		{"WithMissFailover on the sharded pool", WithPool(Pool{}.WithMissFailover()), "WithMissFailover is for a pool with copies of each key, and the zero Pool has one: use Replicated(), ByZone or AcrossServices with it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewClientFromList(&fixed, tc.opt)
+			if err == nil {
+				c.Close()
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, strings.HasPrefix(err.Error(), "selector: "), err.Error())
+		})
+	}
 }
 
 // slowHits delays a get's hit ("VALUE ...") by delay once memcached has
@@ -263,7 +287,7 @@ func TestRepairNeverUndoesADelete(t *testing.T) {
 // the zones seen, and another when the zones seen change; none while the
 // zone has servers.
 func TestByZoneMissingWarns(t *testing.T) {
-	ss := new(ServerList)
+	ss := &ServerList{zoned: true}
 	setZones := func(zones ...string) {
 		t.Helper()
 		var addrs []string

@@ -28,13 +28,13 @@ func TestCloseReplaysTheLog(t *testing.T) {
 	f.set(ms[0].addr, true, 0) // its requests time out, for c alone
 	eventually(t, "the server to be out", func() bool {
 		c.Get(keys[0])
-		return stateOf(c, ms[0].addr).State == "down"
+		return stateOf(c, ms[0].addr).State == ServerOut
 	})
 	for _, k := range keys {
 		require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("v1")}), "at the stand-in")
 	}
 	f.set(ms[0].addr, false, 0)
-	require.Equal(t, "down", stateOf(c, ms[0].addr).State, "not probed again before Close")
+	require.Equal(t, ServerOut, stateOf(c, ms[0].addr).State, "not probed again before Close")
 	require.NoError(t, c.Close())
 
 	next, _ := newTestClient(t, addrsOf(ms)) // the Client started in c's place

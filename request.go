@@ -23,7 +23,7 @@ const (
 	opIncr
 	opDecr
 	opLease      // a read that takes a lease on a miss (see GetOrLoad)
-	opInvalidate // marks the key's value stale (see InvalidateContext)
+	opInvalidate // marks the key's value stale (see Invalidate)
 )
 
 // idempotent reports whether running the operation twice leaves the same

@@ -109,6 +109,7 @@ type ServerList struct {
 	// Discovery, set by NewServerList.
 	subs     []chan<- struct{}        // told of every change (see subscribe); guarded by mu
 	drains   bool                     // discovery reports draining endpoints
+	zoned    bool                     // discovery reports the endpoints' zones (EndpointSlices), for ByZone
 	draining atomic.Pointer[[]string] // terminating endpoints still serving (see setDraining)
 
 	disc       discoverer    // the watch or the DNS source, for Stats; nil without discovery
@@ -190,8 +191,29 @@ func (ss *ServerList) SetServers(servers ...string) error {
 
 // reportRing tells the Metrics of a change of servers, if there was one.
 func (ss *ServerList) reportRing(added, removed []string, lag time.Duration) {
-	if ss.metrics != nil && (added != nil || removed != nil) {
-		ss.metrics.Ring(RingEvent{Service: ss.service, Servers: len(ss.Servers()), Added: len(added), Removed: len(removed), Lag: lag})
+	ss.mu.Lock()
+	m := ss.metrics
+	ss.mu.Unlock()
+	if m != nil && (added != nil || removed != nil) {
+		m.Ring(RingEvent{Service: ss.service, Servers: len(ss.Servers()), Added: len(added), Removed: len(removed), Lag: lag})
+	}
+}
+
+// reportTo makes a ServerList without discovery, and without Metrics yet,
+// report its changes to m, starting with its servers now (see
+// NewClientFromList).
+func (ss *ServerList) reportTo(m Metrics) {
+	if m == nil || ss.disc != nil {
+		return
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.metrics != nil {
+		return
+	}
+	ss.metrics = m
+	if n := len(ss.Servers()); n > 0 {
+		m.Ring(RingEvent{Servers: n, Added: n})
 	}
 }
 
@@ -330,7 +352,7 @@ func (ss *ServerList) pointsPerServer() int {
 // fast on a bad address or option, on missing credentials, on an API server
 // certificate that the CA does not verify, and on an API error that waiting
 // will not fix, such as a Role without list or watch (an *APIError) or a port
-// that the Service does not have (ErrNoPort); it retries an unreachable or
+// that the Service does not have (its error names the ports it has); it retries an unreachable or
 // failing API server until ctx is done.
 //
 // A Service with no ready endpoints yet is not an error: PickServer returns
@@ -343,6 +365,9 @@ func (ss *ServerList) pointsPerServer() int {
 // service account token and CA.
 func NewServerList(ctx context.Context, addr string, opt ...Option) (*ServerList, error) {
 	o, err := newOptions(opt)
+	if err == nil && o.clientOpt != "" {
+		err = fmt.Errorf("NewServerList: %s is an option of the Client, which a ServerList does not make: give it to NewClient, or to NewClientFromList with this ServerList", o.clientOpt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("selector: %w", err)
 	}

@@ -345,7 +345,7 @@ func TestErrorPrefixOnce(t *testing.T) {
 		{"SetHashing, late", func() error { return full.SetHashing(Ketama()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(ZoneEnv, "")
+			t.Setenv(zoneEnv, "")
 			err := tc.call()
 			require.Error(t, err)
 			require.True(t, strings.HasPrefix(err.Error(), "selector: "), "%q does not start with the prefix", err)

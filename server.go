@@ -70,7 +70,7 @@ const (
 )
 
 func (s serverState) String() string {
-	return [...]string{"up", "down", "gone"}[s]
+	return [...]string{"up", "out", "gone"}[s] // as ServerState
 }
 
 func (s *server) status() serverState { return serverState(s.state.Load()) }

@@ -37,13 +37,3 @@ func (ss *ServerList) Stats() Stats {
 func (ss *ServerList) HasSynced() bool {
 	return ss.disc == nil || ss.disc.Stats().Synced
 }
-
-// DiscoveryStats returns the state of the Client's discovery: the Stats of
-// the ServerList that NewClient made (for AcrossServices, that of
-// NewClient's own Service), or of the one NewClientFromList was given.
-func (c *Client) DiscoveryStats() Stats { return c.list.Stats() }
-
-// HasSynced reports whether the Client's ServerList has synced (see
-// ServerList.HasSynced): always true for a Client from NewClient, which
-// returns only once it has.
-func (c *Client) HasSynced() bool { return c.list.HasSynced() }

@@ -29,7 +29,7 @@ func startWatch(ctx context.Context, addr string, o options) (*ServerList, error
 	if err != nil {
 		return nil, err
 	}
-	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{}),
+	ss := &ServerList{points: o.points, hashing: o.hashing, drains: true, zoned: !o.legacy, changed: make(chan struct{}, 1), nonEmpty: make(chan struct{}),
 		metrics: o.metrics, service: t.namespace + "/" + t.service}
 	w, err := discovery.NewWatch(discovery.WatchConfig{
 		Service: t.service, Namespace: t.namespace, Port: t.port, PortName: t.portName, Client: cfg,

@@ -124,8 +124,8 @@ func fakeOptions(t *testing.T, f *fakeAPI, opts ...Option) []Option {
 }
 
 // fakeClientOptions is fakeOptions for NewClient, followed by opts.
-func fakeClientOptions(t *testing.T, f *fakeAPI, opts ...ClientOption) []ClientOption {
-	var all []ClientOption
+func fakeClientOptions(t *testing.T, f *fakeAPI, opts ...Option) []Option {
+	var all []Option
 	for _, o := range fakeOptions(t, f) {
 		all = append(all, o)
 	}
@@ -643,7 +643,7 @@ func TestPorts(t *testing.T) {
 				if err == nil { // guarded: on an error ss is nil, and addrs(ss) would panic
 					require.Fail(t, "NewServerList succeeded, want an error", "servers %v", addrs(ss))
 				}
-				assert.ErrorIs(t, err, ErrNoPort)
+				assert.ErrorIs(t, err, errNoPort)
 				for _, s := range tc.wantErr {
 					assert.ErrorContains(t, err, s)
 				}
@@ -1222,14 +1222,14 @@ func TestServiceWithoutSlices(t *testing.T) {
 	require.Equal(t, 1, log.count(warning), "the warning, once in two lists")
 }
 
-// A port that the Service does not have fails NewServerList with ErrNoPort,
+// A port that the Service does not have fails NewServerList with errNoPort,
 // and is not also logged.
 func TestNoPortNotLogged(t *testing.T) {
 	f := newFakeAPI(t)
 	f.put(slice("memcache-a", "IPv4", []fakePort{tcp("metrics", 9150)}, ep("10.0.0.1")))
 	log := &recLogger{t: t}
 	_, err := newServerList(t, f, "memcache:11211", WithLogger(log))
-	require.ErrorIs(t, err, ErrNoPort)
+	require.ErrorIs(t, err, errNoPort)
 	require.ErrorContains(t, err, "has no TCP port 11211")
 	require.Zero(t, log.count("has no TCP port"), "the error was logged too")
 }

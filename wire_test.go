@@ -53,7 +53,7 @@ func TestContextDeadlineOnAHungServer(t *testing.T) {
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				require.Less(t, time.Since(start), time.Second, "the deadline did not bound the request")
 			}
-			require.Equal(t, "up", stateOf(c, ms[0].addr).State, "a caller's deadline took the server out")
+			require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State, "a caller's deadline took the server out")
 		})
 	}
 	ms[0].signal(syscall.SIGCONT)
@@ -85,7 +85,7 @@ func TestContextCancelled(t *testing.T) {
 	if err == nil {
 		require.Equal(t, "v", string(it.Value), "a Set that was never sent")
 	}
-	require.Equal(t, "up", stateOf(c, ms[0].addr).State)
+	require.Equal(t, ServerUp, stateOf(c, ms[0].addr).State)
 }
 
 // TestHandoffKeepsTheExpiration: a key that moves is copied to its new
@@ -208,7 +208,7 @@ func TestClassicFallback(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, 1, strings.Count(logs.String(), "meta protocol"), "logged once: %s", logs.String())
-	require.Equal(t, "up", stateOf(c, addr).State)
+	require.Equal(t, ServerUp, stateOf(c, addr).State)
 }
 
 type writerFunc func([]byte) (int, error)

@@ -92,7 +92,7 @@ func TestClientKill(t *testing.T) {
 	addr := victim.Addr(11211)
 	killed := time.Now()
 	victim.Crash()
-	toDown, err := waitState(cl, addr, "down", killed, killNotReady)
+	toDown, err := waitState(cl, addr, "out", killed, killNotReady)
 	require.NoError(t, err, "the Client did not take the killed server out")
 	time.Sleep(time.Until(killed.Add(killNotReady)))
 
@@ -114,7 +114,7 @@ func TestClientKill(t *testing.T) {
 	}
 	end := time.Now()
 
-	t.Logf("kill: client: server down in Stats %v after the SIGKILL; the ring dropped it %v after NotReady; back up %v after the restart",
+	t.Logf("kill: client: server out in Stats %v after the SIGKILL; the ring dropped it %v after NotReady; back up %v after the restart",
 		toDown.Round(time.Millisecond), toRing.Round(time.Millisecond), toUp.Round(time.Millisecond))
 	for _, tr := range trs {
 		during, _ := tr.errorsBetween(killed, notReady)
@@ -190,7 +190,7 @@ func TestClientHung(t *testing.T) {
 	t.Cleanup(victim.Resume) // a stopped memcached would hold up the pods' cleanup
 	stopped := time.Now()
 	victim.Pause()
-	toDown, err := waitStates(clients, addr, "down", stopped, hungDownWait)
+	toDown, err := waitStates(clients, addr, "out", stopped, hungDownWait)
 	require.NoError(t, err, "a Client did not take the hung server out")
 	downAt := make([]time.Time, len(clients))
 	for i, d := range toDown {
@@ -599,7 +599,7 @@ func TestClientNoStaleAfterHandoffWindow(t *testing.T) {
 		t.Helper()
 		victim.Pause()
 		start := time.Now()
-		for stateOf(cl, addr) != "down" {
+		for stateOf(cl, addr) != "out" {
 			_, _ = cl.Get(keys[0])
 			require.Less(t, time.Since(start), hungDownWait, "the Client did not take the hung server out")
 		}

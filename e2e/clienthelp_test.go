@@ -51,9 +51,9 @@ var cFailover = selector.Failover{Timeouts: cTimeouts, ProbeFirst: cProbeFirst, 
 
 // newSelClient returns a Client over l's ServerList, with the scenarios'
 // settings; it closes before l does.
-func (e *env) newSelClient(l *lib, opts ...selector.ClientOption) *selector.Client {
+func (e *env) newSelClient(l *lib, opts ...selector.Option) *selector.Client {
 	e.t.Helper()
-	all := append([]selector.ClientOption{
+	all := append([]selector.Option{
 		selector.WithLogger(l.log),
 		selector.WithTimeout(cTimeout),
 		selector.WithMaxIdleConns(cMaxIdle),
@@ -78,7 +78,7 @@ func todayClient(l *lib, maxIdle int) *memcache.Client {
 func stateOf(c *selector.Client, addr string) string {
 	for _, s := range c.Stats().Servers {
 		if s.Addr == addr {
-			return s.State
+			return string(s.State)
 		}
 	}
 	return ""

@@ -187,7 +187,7 @@ func TestDNSClientKill(t *testing.T) {
 	addr := victim.Addr(11211)
 	killed := time.Now()
 	victim.Crash()
-	toDown, err := waitState(cl.Client, addr, "down", killed, killNotReady)
+	toDown, err := waitState(cl.Client, addr, "out", killed, killNotReady)
 	require.NoError(t, err, "the Client did not take the killed server out")
 	time.Sleep(time.Until(killed.Add(killNotReady)))
 
@@ -209,7 +209,7 @@ func TestDNSClientKill(t *testing.T) {
 
 	during, _ := tr.errorsBetween(killed, notReady)
 	after, _ := tr.errorsBetween(notReady, end)
-	t.Logf("kill by DNS: server down in Stats %v after the SIGKILL; DNS dropped it %v after NotReady, and had it back %v after the restart; up %v after the restart",
+	t.Logf("kill by DNS: server out in Stats %v after the SIGKILL; DNS dropped it %v after NotReady, and had it back %v after the restart; up %v after the restart",
 		toDown.Round(time.Millisecond), toDNS.Round(time.Millisecond), backDNS.Round(time.Millisecond), toUp.Round(time.Millisecond))
 	t.Logf("kill by DNS: errors seen by the application: SIGKILL to NotReady (%v): %s; after: %s; all: %s", killNotReady, fmtErrs(during), fmtErrs(after), &tr.all)
 	for _, s := range tr.errorSamples(3) {

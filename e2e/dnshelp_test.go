@@ -125,7 +125,7 @@ func (c *dnsClient) awaitRouting(want []string, start time.Time, timeout time.Du
 				up = append(up, s.Addr)
 			case "gone":
 			default:
-				other = append(other, s.Addr+" "+s.State)
+				other = append(other, s.Addr+" "+string(s.State))
 			}
 		}
 		if slices.Equal(sorted(up), want) && len(other) == 0 {
@@ -149,10 +149,10 @@ func (c *dnsClient) waitRouting(t *testing.T, want []string, timeout time.Durati
 // newDNSClient runs selector.NewClient for addr, asking the DNS server
 // dnsServer every dnsInterval, with the Client scenarios' settings
 // (clienthelp_test.go); Close runs when the test ends.
-func (e *env) newDNSClient(addr, dnsServer string, opts ...selector.ClientOption) *dnsClient {
+func (e *env) newDNSClient(addr, dnsServer string, opts ...selector.Option) *dnsClient {
 	e.t.Helper()
 	c := &dnsClient{followed: newFollowed(), log: newTestLogger(e.t)}
-	all := append([]selector.ClientOption{
+	all := append([]selector.Option{
 		selector.WithDNS(selector.DNS{Server: dnsServer, Interval: dnsInterval}),
 		selector.WithLogger(c.log),
 		c.option(),

@@ -325,10 +325,10 @@ type moveCopies struct {
 
 func (m *moveCopies) Handoff(ev selector.HandoffEvent) {
 	switch {
-	case ev.Cause != selector.HandoffMove:
-	case ev.Result == selector.HandoffCopied:
+	case ev.Cause != "move":
+	case ev.Result == "copied":
 		m.n.Add(1)
-	case ev.Result == selector.HandoffPresent:
+	case ev.Result == "present":
 		m.present.Add(1)
 	}
 }

@@ -174,7 +174,7 @@ func run(c config) error {
 	// 4. Replace every pod, one by one, while traffic flows: through cache,
 	// and through a selector.Client over the same ServerList.
 	out.chapter("4. Restart every pod, as a Deployment's rolling update does")
-	clientOpts := []selector.ClientOption{
+	clientOpts := []selector.Option{
 		selector.WithTimeout(cache.Timeout),
 		selector.WithMaxIdleConns(cache.MaxIdleConns),
 		selector.WithSlog(logger),

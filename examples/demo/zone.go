@@ -25,7 +25,7 @@ type zoneStep struct {
 	control     control
 	ss          *selector.ServerList
 	ringChanged <-chan struct{}
-	opts        []selector.ClientOption // the Client options of step 4's Client
+	opts        []selector.Option // the Client options of step 4's Client
 	log         *slog.Logger
 	sum         *zoneSummary
 }
@@ -61,12 +61,12 @@ func (z *zoneStep) run() error {
 	}
 
 	var shardedHits, zonedHits hitCounter // where each client's Gets hit
-	sharded, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{selector.WithDialContext(shardedHits.dial)})...)
+	sharded, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{selector.WithDialContext(shardedHits.dial)})...)
 	if err != nil {
 		return err
 	}
 	defer sharded.Close()
-	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.ClientOption{
+	zoned, err := selector.NewClientFromList(z.ss, slices.Concat(z.opts, []selector.Option{
 		selector.WithPool(selector.ByZone(own).WithMissFailover()), selector.WithDialContext(zonedHits.dial)})...)
 	if err != nil {
 		return err

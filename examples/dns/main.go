@@ -56,7 +56,7 @@ func main() {
 	stop, done := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer done()
 	<-stop.Done()
-	if st := c.DiscoveryStats(); st.LastError != nil {
+	if st := c.Stats().Discovery; st.LastError != nil {
 		log.Printf("the last DNS error (%s): %v", st.LastErrorTime.Format(time.RFC3339), st.LastError)
 	}
 }

@@ -21,8 +21,8 @@
 // keys. An error (not a miss, nor memcached's other answers: not stored,
 // a CAS conflict) sets error.type, the status Error and an exception
 // event. A GetMulti's request to each server is a span of its own under
-// the operation's, named "get_multi host:port"; a GetOrLoad's LoadFunc
-// runs under the GetOrLoad's span. Within an operation's span these are
+// the operation's, named "get_multi host:port"; a GetOrLoad's load
+// function runs under the GetOrLoad's span. Within an operation's span these are
 // events:
 //
 //	memcache.selector.retry     a request failed for its server's reason and is sent again: server.*, error.type
@@ -125,14 +125,14 @@ type Metrics struct {
 	serverAttrs  cache[serverKey, []metric.AddOption]
 
 	tracer     trace.Tracer // nil without Options.TracerProvider
-	spanOpts   cache[selector.Op, []trace.SpanStartOption]
+	spanOpts   cache[string, []trace.SpanStartOption]
 	spanServer cache[string, []attribute.KeyValue]
 }
 
 var _ selector.Metrics = (*Metrics)(nil)
 
 type reqKey struct {
-	op      selector.Op
+	op      string
 	outcome selector.Outcome
 }
 
@@ -264,8 +264,8 @@ func (m *Metrics) AddClient(c *selector.Client) {
 	m.clients = append(m.clients, c)
 }
 
-// Request implements selector.Metrics.
-func (m *Metrics) Request(e selector.RequestEvent) {
+// request records an operation's duration and keys (see End).
+func (m *Metrics) request(e selector.RequestEvent) {
 	ctx := context.Background()
 	m.duration.Record(ctx, e.Duration.Seconds(), m.requestAttrs.get(reqKey{e.Op, e.Outcome}, func(k reqKey) []metric.RecordOption {
 		kvs := []attribute.KeyValue{system, opKey.String(string(k.op)), attribute.String(prefix+"outcome", string(k.outcome))}
@@ -282,7 +282,7 @@ func (m *Metrics) Request(e selector.RequestEvent) {
 	}
 }
 
-func (m *Metrics) keyOpts(op selector.Op, result selector.Outcome) []metric.AddOption {
+func (m *Metrics) keyOpts(op string, result selector.Outcome) []metric.AddOption {
 	return m.keyAttrs.get(reqKey{op, result}, func(k reqKey) []metric.AddOption {
 		return []metric.AddOption{metric.WithAttributes(system, opKey.String(string(k.op)), attribute.String(prefix+"result", string(k.outcome)))}
 	})

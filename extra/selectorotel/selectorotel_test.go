@@ -267,11 +267,11 @@ func TestMoves(t *testing.T) {
 // The hot path allocates nothing once its attributes have been seen.
 func TestAllocs(t *testing.T) {
 	m, _ := newMetrics(t)
-	ev := selector.RequestEvent{Op: selector.OpGet, Outcome: selector.OutcomeHit, Duration: time.Millisecond, Hits: 1}
+	ev := selector.RequestEvent{Op: "get", Outcome: selector.OutcomeHit, Duration: time.Millisecond, Hits: 1}
 	se := selector.ServerErrorEvent{Addr: "10.0.0.1:11211", Kind: selector.OutcomeTimeout}
-	m.Request(ev)
+	m.End(context.Background(), ev, nil)
 	m.ServerError(se)
-	if n := testing.AllocsPerRun(1000, func() { m.Request(ev); m.ServerError(se) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { m.End(context.Background(), ev, nil); m.ServerError(se) }); n != 0 {
 		t.Errorf("%v allocations a Request and ServerError", n)
 	}
 }

@@ -27,28 +27,29 @@ const (
 
 // Begin implements selector.Metrics: it starts the span of a Client
 // operation, a child of ctx's span, and returns the context holding it.
-func (m *Metrics) Begin(ctx context.Context, op selector.Op) context.Context {
+func (m *Metrics) Begin(ctx context.Context, op string) context.Context {
 	if m.tracer == nil {
 		return ctx
 	}
-	ctx, _ = m.tracer.Start(ctx, string(op), m.spanOpts.get(op, func(op selector.Op) []trace.SpanStartOption {
+	ctx, _ = m.tracer.Start(ctx, string(op), m.spanOpts.get(op, func(op string) []trace.SpanStartOption {
 		return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(system, opKey.String(string(op)))}
 	})...)
 	return ctx
 }
 
-// End implements selector.Metrics: it ends the operation's span, with its
-// outcome, and for an error (not a miss, nor memcached's other answers:
-// not stored, a CAS conflict), error.type, the error recorded, and the
-// status Error.
+// End implements selector.Metrics: it records the operation's duration and
+// keys, and ends its span, with its outcome, and for an error (not a miss,
+// nor memcached's other answers: not stored, a CAS conflict), error.type,
+// the error recorded, and the status Error.
 func (m *Metrics) End(ctx context.Context, e selector.RequestEvent, err error) {
+	m.request(e)
 	if m.tracer == nil {
 		return
 	}
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
 		span.SetAttributes(outcomeKey.String(string(e.Outcome)))
-		if n := e.Hits + e.Misses; e.Op == selector.OpGetMulti && n > 1 {
+		if n := e.Hits + e.Misses; e.Op == "get_multi" && n > 1 {
 			span.SetAttributes(batchSize.Int(n))
 		}
 		failed(span, e.Outcome, err)
@@ -100,11 +101,11 @@ func (m *Metrics) Step(ctx context.Context, e selector.StepEvent) {
 // ctx's, named "get_multi host:port", the semantic conventions' operation
 // and target.
 func (m *Metrics) serverSpan(ctx context.Context, e selector.StepEvent, server []attribute.KeyValue) {
-	kvs := with(server, system, opKey.String(string(selector.OpGetMulti)), outcomeKey.String(string(e.Outcome)))
+	kvs := with(server, system, opKey.String(string("get_multi")), outcomeKey.String(string(e.Outcome)))
 	if e.Keys > 1 {
 		kvs = append(kvs, batchSize.Int(e.Keys))
 	}
-	_, span := m.tracer.Start(ctx, string(selector.OpGetMulti)+" "+e.Addr,
+	_, span := m.tracer.Start(ctx, string("get_multi")+" "+e.Addr,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(e.Start), trace.WithAttributes(kvs...))
 	failed(span, e.Outcome, e.Err)
 	span.End(trace.WithTimestamp(e.Start.Add(e.Duration)))

@@ -381,9 +381,9 @@ func TestTraceOff(t *testing.T) {
 	m, _ := newMetrics(t)
 	ctx := context.Background()
 	step := selector.StepEvent{Kind: selector.StepRetry, Addr: "10.0.0.1:11211", Outcome: selector.OutcomeTimeout}
-	end := selector.RequestEvent{Op: selector.OpGet, Outcome: selector.OutcomeHit, Hits: 1}
+	end := selector.RequestEvent{Op: "get", Outcome: selector.OutcomeHit, Hits: 1}
 	if n := testing.AllocsPerRun(1000, func() {
-		if m.Begin(ctx, selector.OpGet) != ctx {
+		if m.Begin(ctx, "get") != ctx {
 			t.Fatal("Begin without a TracerProvider changed the context")
 		}
 		m.Step(ctx, step)
@@ -426,7 +426,7 @@ func BenchmarkTrace(b *testing.B) {
 		{"metrics+traces", sdktrace.AlwaysSample(), true},
 		{"metrics+traces-unsampled", sdktrace.NeverSample(), true},
 	} {
-		opts := []selector.ClientOption{selector.WithSlog(slog.New(slog.DiscardHandler))}
+		opts := []selector.Option{selector.WithSlog(slog.New(slog.DiscardHandler))}
 		if tc.metrics {
 			o := Options{MeterProvider: sdkmetric.NewMeterProvider()}
 			if tc.sampler != nil {
@@ -488,10 +488,10 @@ func BenchmarkTraceHooks(b *testing.B) {
 				b.Fatal(err)
 			}
 			step := selector.StepEvent{Kind: selector.StepRequest, Addr: "10.0.0.1:11211", Outcome: selector.OutcomeOK}
-			end := selector.RequestEvent{Op: selector.OpGet, Outcome: selector.OutcomeHit, Hits: 1}
+			end := selector.RequestEvent{Op: "get", Outcome: selector.OutcomeHit, Hits: 1}
 			b.ReportAllocs()
 			for b.Loop() {
-				ctx := m.Begin(context.Background(), selector.OpGet)
+				ctx := m.Begin(context.Background(), "get")
 				m.Step(ctx, step)
 				m.End(ctx, end, nil)
 			}

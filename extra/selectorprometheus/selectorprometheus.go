@@ -40,6 +40,7 @@
 package selectorprometheus
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 
@@ -79,7 +80,7 @@ type Metrics struct {
 	duration, lag            *prometheus.HistogramVec
 	servers, synced, healthy *prometheus.GaugeVec
 	requestCounters          cache[reqKey, prometheus.Counter]
-	durationObservers        cache[selector.Op, prometheus.Observer]
+	durationObservers        cache[string, prometheus.Observer]
 	keyCounters              cache[reqKey, prometheus.Counter] // outcome "hit" or "miss"
 	serverErrorCounters      cache[serverKey, prometheus.Counter]
 	collectors               []prometheus.Collector
@@ -93,7 +94,7 @@ var _ selector.Metrics = (*Metrics)(nil)
 var _ prometheus.Collector = (*Metrics)(nil)
 
 type reqKey struct {
-	op      selector.Op
+	op      string
 	outcome selector.Outcome
 }
 
@@ -204,12 +205,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.eta, prometheus.GaugeValue, eta)
 }
 
-// Request implements selector.Metrics.
-func (m *Metrics) Request(e selector.RequestEvent) {
+// End implements selector.Metrics: it counts the operation, its duration
+// and its keys.
+func (m *Metrics) End(_ context.Context, e selector.RequestEvent, _ error) {
 	m.requestCounters.get(reqKey{e.Op, e.Outcome}, func(k reqKey) prometheus.Counter {
 		return m.requests.WithLabelValues(string(k.op), string(k.outcome))
 	}).Inc()
-	m.durationObservers.get(e.Op, func(op selector.Op) prometheus.Observer {
+	m.durationObservers.get(e.Op, func(op string) prometheus.Observer {
 		return m.duration.WithLabelValues(string(op))
 	}).Observe(e.Duration.Seconds())
 	if e.Hits > 0 {
@@ -220,7 +222,7 @@ func (m *Metrics) Request(e selector.RequestEvent) {
 	}
 }
 
-func (m *Metrics) keyCounter(op selector.Op, result selector.Outcome) prometheus.Counter {
+func (m *Metrics) keyCounter(op string, result selector.Outcome) prometheus.Counter {
 	return m.keyCounters.get(reqKey{op, result}, func(k reqKey) prometheus.Counter {
 		return m.keys.WithLabelValues(string(k.op), string(k.outcome))
 	})

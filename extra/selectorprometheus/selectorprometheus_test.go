@@ -118,7 +118,7 @@ memcache_selector_ring_servers{service="default/memcache"} 1
 
 	// A second server, which the EndpointSlice controller saw 2 s ago.
 	api.Add(s2, time.Now().Add(-2*time.Second))
-	eventually(t, "the second server", func() bool { return len(c.DiscoveryStats().Servers) == 2 })
+	eventually(t, "the second server", func() bool { return len(c.Stats().Discovery.Servers) == 2 })
 	eventually(t, "ring_servers 2", func() bool { return testutil.ToFloat64(m.servers.WithLabelValues("default/memcache")) == 2 })
 	text = scrape(t, reg)
 	for _, want := range []string{
@@ -224,11 +224,11 @@ memcache_selector_moves_eta_seconds 0
 // The hot path allocates nothing once its labels have been seen.
 func TestAllocs(t *testing.T) {
 	m := New(Options{})
-	ev := selector.RequestEvent{Op: selector.OpGet, Outcome: selector.OutcomeHit, Duration: time.Millisecond, Hits: 1}
+	ev := selector.RequestEvent{Op: "get", Outcome: selector.OutcomeHit, Duration: time.Millisecond, Hits: 1}
 	se := selector.ServerErrorEvent{Addr: "10.0.0.1:11211", Kind: selector.OutcomeTimeout}
-	m.Request(ev)
+	m.End(context.Background(), ev, nil)
 	m.ServerError(se)
-	if n := testing.AllocsPerRun(1000, func() { m.Request(ev); m.ServerError(se) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { m.End(context.Background(), ev, nil); m.ServerError(se) }); n != 0 {
 		t.Errorf("%v allocations a Request and ServerError", n)
 	}
 }

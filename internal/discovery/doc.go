@@ -13,7 +13,7 @@
 //
 // The API: NewWatch and Watch (Run, Stats), NewDNS and DNSSource (Run,
 // Stats), Member, Stats, Kind and Report, Timing, ClientConfig; and the
-// errors users test for, APIError and ErrNoPort, which the root re-exports.
+// errors users test for, APIError, which the root re-exports, and ErrNoPort.
 package discovery
 
 // The attribute keys of the records discovery logs, as the root's log

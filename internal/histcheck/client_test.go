@@ -13,11 +13,11 @@ import (
 
 var _ Target = (*selector.Client)(nil)
 
-// clientLoads is the Client's GetOrLoad and InvalidateContext: what the
+// clientLoads is the Client's GetOrLoad and Invalidate: what the
 // Client, and a target that embeds one (see deadlined), has.
 type clientLoads interface {
-	GetOrLoad(ctx context.Context, key string, opt selector.LoadOptions, load selector.LoadFunc) (*memcache.Item, error)
-	InvalidateContext(ctx context.Context, key string) error
+	GetOrLoad(ctx context.Context, key string, opt selector.LoadOptions, load func(context.Context, string) (*memcache.Item, error)) (*memcache.Item, error)
+	Invalidate(ctx context.Context, key string) error
 }
 
 var _ clientLoads = (*selector.Client)(nil)
@@ -30,8 +30,8 @@ func (l clientLoader) GetOrLoad(ctx context.Context, key string, load func(conte
 	return l.c.GetOrLoad(ctx, key, selector.LoadOptions{}, load)
 }
 
-func (l clientLoader) InvalidateContext(ctx context.Context, key string) error {
-	return l.c.InvalidateContext(ctx, key)
+func (l clientLoader) Invalidate(ctx context.Context, key string) error {
+	return l.c.Invalidate(ctx, key)
 }
 
 // loaderOf is the driver's loaderOf: t's loads if t has the Client's, else

@@ -14,7 +14,7 @@ import (
 
 // The loads (issue 27, items 2 and 7) are an application's cache-aside
 // over a database, in a key space of their own: writers update a key's row
-// and then Set the key, invalidate it (InvalidateContext) or Delete it;
+// and then Set the key, invalidate it (Invalidate) or Delete it;
 // readers call GetOrLoad, whose LoadFunc reads the row. gomemcache's
 // client, which has no GetOrLoad, does plain cache-aside instead (Get, and
 // on a miss load the row and Set it), and its writers Delete rather than
@@ -45,7 +45,7 @@ import (
 //     take it for a write of a loaded key (Event.DB).
 //
 // GetOrLoad is called without LoadOptions.Stale, which serves a value
-// InvalidateContext marked stale (a read the rule rightly calls stale).
+// Invalidate marked stale (a read the rule rightly calls stale).
 
 // loadTimeout bounds every call of the loads: a GetOrLoad that waits for a
 // lease whose holder's server stopped waits LoadOptions.Wait (1 s), then
@@ -185,7 +185,7 @@ func cacheAside(ctx context.Context, t Target, key string, load func(context.Con
 
 // dbWrite updates key's row to a new value, then writes the cache as how
 // says: "set" the value, "invalidate" it (a Delete where t has no
-// InvalidateContext), or "delete" it. It goes through t, the target: the
+// Invalidate), or "delete" it. It goes through t, the target: the
 // Client's promise of GetOrLoad after a write is for its own writes, and a
 // client that joined (Env.Join) is another.
 func (d *driver) dbWrite(t Target, log *Log, st *opStats, key, phase, how string) Event {
@@ -202,7 +202,7 @@ func (d *driver) dbWrite(t Target, log *Log, st *opStats, key, phase, how string
 		err = t.Set(&memcache.Item{Key: key, Value: []byte(v)})
 	case "invalidate":
 		ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
-		err = l.InvalidateContext(ctx, key)
+		err = l.Invalidate(ctx, key)
 		cancel()
 	case "delete":
 		err = t.Delete(key)
@@ -211,7 +211,7 @@ func (d *driver) dbWrite(t Target, log *Log, st *opStats, key, phase, how string
 	return e
 }
 
-// loader returns t's GetOrLoad and InvalidateContext, or nil where t has
+// loader returns t's GetOrLoad and Invalidate, or nil where t has
 // none (the control): through loaderOf, which the tests set to adapt the
 // Client, so that this file names no type of the root package.
 func (d *driver) loader(t Target) Loader {

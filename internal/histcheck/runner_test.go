@@ -184,7 +184,7 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config, moves select
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []selector.ClientOption{
+	opts := []selector.Option{
 		selector.WithSlog(log),
 		selector.WithTimeout(p.Timeout),
 		selector.WithMaxIdleConns(cfg.Workload.Workers),

@@ -23,14 +23,14 @@ import (
 // in the cache until it expires (here: never). After the run, every key
 // the cache holds is compared with the database: a value older than the
 // database's is stale. Plain cache-aside (Get, load, Set; Delete on an
-// update) is the control; GetOrLoad with InvalidateContext must leave none.
+// update) is the control; GetOrLoad with Invalidate must leave none.
 
 // StaleSetMode is how the readers and writers of a stale-set run use the
 // cache.
 type StaleSetMode string
 
 const (
-	StaleSetLeases StaleSetMode = "getorload"   // Client.GetOrLoad; writers InvalidateContext
+	StaleSetLeases StaleSetMode = "getorload"   // Client.GetOrLoad; writers Invalidate
 	StaleSetPlain  StaleSetMode = "cache-aside" // Client.Get, load on a miss, Client.Set; writers Delete
 )
 
@@ -140,7 +140,7 @@ func RunStaleSet(mode StaleSetMode, cfg StaleSetConfig) (*StaleSetReport, error)
 				updates.Add(1)
 				var err error
 				if mode == StaleSetLeases {
-					err = c.Invalidate(key(i))
+					err = c.Invalidate(context.Background(), key(i))
 				} else {
 					err = c.Delete(key(i))
 				}

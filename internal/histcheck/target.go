@@ -23,13 +23,13 @@ type Target interface {
 
 // Loader is what the Client has beyond gomemcache's methods, for the
 // loads (see loads.go): GetOrLoad with the default LoadOptions, and
-// InvalidateContext. gomemcache's client, which has neither, does plain
+// Invalidate. gomemcache's client, which has neither, does plain
 // cache-aside instead. It names no type of the root package, so that this
 // package's library does not import it: the tests, which build the
 // Client, adapt it (see the driver's loaderOf).
 type Loader interface {
 	GetOrLoad(ctx context.Context, key string, load func(context.Context, string) (*memcache.Item, error)) (*memcache.Item, error)
-	InvalidateContext(ctx context.Context, key string) error
+	Invalidate(ctx context.Context, key string) error
 }
 
 // TargetKind is the client a run drives.

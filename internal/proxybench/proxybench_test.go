@@ -490,7 +490,7 @@ func BenchmarkPool(b *testing.B) {
 	if err := ss.SetServers(t.Servers...); err != nil {
 		b.Fatal(err)
 	}
-	opts := []selector.ClientOption{selector.WithMaxIdleConns(memcache.DefaultMaxIdleConns), selector.WithTimeout(5 * time.Second)}
+	opts := []selector.Option{selector.WithMaxIdleConns(memcache.DefaultMaxIdleConns), selector.WithTimeout(5 * time.Second)}
 	sharded, err := selector.NewClientFromList(&ss, opts...)
 	if err != nil {
 		b.Fatal(err)

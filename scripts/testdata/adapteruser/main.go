@@ -43,7 +43,6 @@ func main() {
 
 	for _, m := range []selector.Metrics{prom, otel} {
 		var ss selector.ServerList
-		ss.SetMetrics(m)
 		if err := ss.SetServers(addr); err != nil {
 			log.Fatal(err)
 		}
