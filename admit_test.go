@@ -78,7 +78,7 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 	require.NoError(t, c.Close(), "a second Close")
 }
 
-// TestNilArguments: a nil item, context or LoadFunc is an error that names
+// TestNilArguments: a nil item, context or load function is an error that names
 // it, where gomemcache (and the Client before) panics.
 func TestNilArguments(t *testing.T) {
 	ms := startMemcached(t, 1)

@@ -406,8 +406,8 @@ func TestMetricsTrace(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, "the caller's", loadCtx.Value(caller{}), "the LoadFunc's context is the caller's")
-	require.NotZero(t, opOf(loadCtx), "the LoadFunc's context is Begin's")
+	require.Equal(t, "the caller's", loadCtx.Value(caller{}), "the load function's context is the caller's")
+	require.NotZero(t, opOf(loadCtx), "the load function's context is Begin's")
 
 	t.Run("GetMulti", func(t *testing.T) {
 		before := time.Now()

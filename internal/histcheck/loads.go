@@ -15,7 +15,7 @@ import (
 // The loads (issue 27, items 2 and 7) are an application's cache-aside
 // over a database, in a key space of their own: writers update a key's row
 // and then Set the key, invalidate it (Invalidate) or Delete it;
-// readers call GetOrLoad, whose LoadFunc reads the row. gomemcache's
+// readers call GetOrLoad, whose load function reads the row. gomemcache's
 // client, which has no GetOrLoad, does plain cache-aside instead (Get, and
 // on a miss load the row and Set it), and its writers Delete rather than
 // invalidate: the control, whose loads set old rows after newer writes.
@@ -80,7 +80,7 @@ func (db *database) update(key, v string) {
 	db.mu.Unlock()
 }
 
-// load is the loads' LoadFunc: it reads the row, and returns it a moment
+// load is the loads' load function: it reads the row, and returns it a moment
 // later (the query's time), or when the hold of the key is released.
 func (db *database) load(ctx context.Context, key string) (*memcache.Item, error) {
 	db.mu.Lock()
