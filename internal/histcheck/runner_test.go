@@ -203,9 +203,20 @@ func newTarget(k TargetKind, list *selector.ServerList, cfg Config, moves select
 	default:
 		return nil, nil, fmt.Errorf("unknown target %q", k)
 	}
+	var rec *traceRecorder
+	if *traceFlag != "" && p.Deadline == 0 {
+		var err error
+		if rec, err = newTraceRecorder(*traceFlag, string(k)); err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, selector.WithMetrics(rec))
+	}
 	c, err := selector.NewClientFromList(list, opts...)
 	if err != nil {
 		return nil, nil, err
+	}
+	if rec != nil {
+		return traced{c, rec}, func() { c.Close(); rec.close() }, nil
 	}
 	if p.Deadline > 0 {
 		return deadlined{c, p.Deadline}, func() { c.Close() }, nil
