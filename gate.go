@@ -27,7 +27,8 @@ import (
 
 // clean makes key safe to use at s: if s's invalidation log holds key, key
 // is deleted at s and at the stand-in that took its write, and leaves the
-// log. A server with a CAS floor has a value of key that is about to be
+// log; a request that finds it being cleaned waits for that (see
+// invalLog.claim). A server with a CAS floor has a value of key that is about to be
 // changed in place checked against it. clean returns the error of the
 // delete at s, which the caller observes as the request's; ctx, the
 // request's, bounds it.
@@ -52,20 +53,28 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 			return nil
 		}
 	}
-	logged, standIn := c.inval.lookup(s, key)
-	if !logged {
+	for {
+		logged, standIn, wait := c.inval.claim(s, key)
+		if !logged {
+			return nil // or the log overflowed: a floor stands for the keys it lost
+		}
+		if wait != nil { // another request cleans it: its delete comes first
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := s.call(func(w wire) error { return w.Delete(ctx, key) })
+		if failureOf(err) != healthy {
+			c.inval.release(s, key)
+			return err
+		}
+		c.cleanStandIn(ctx, s, key, standIn)
+		c.inval.done(s, key)
 		return nil
 	}
-	if _, overflowed := c.inval.state(s); overflowed {
-		return nil // a floor stands for the keys it lost
-	}
-	err := s.call(func(w wire) error { return w.Delete(ctx, key) })
-	if failureOf(err) != healthy {
-		return err
-	}
-	c.cleanStandIn(ctx, s, key, standIn)
-	c.inval.done(s, key)
-	return nil
 }
 
 // cleanStandIn deletes key at standIn, which took a write of key while s

@@ -18,6 +18,11 @@ import (
 // the server's values older than that moment is served. So no server is
 // ever flushed because of this client's log: other clients' values stay.
 //
+// A logged key is cleaned once (see claim): the first request that uses it
+// deletes it, and the others wait for that. Each deleting on its own, a
+// delete held up somewhere landed after another request's delete and
+// write, and deleted an acknowledged value.
+//
 // invalLog has its own lock, taken for no longer than a map operation, and
 // never calls out while holding it.
 type invalLog struct {
@@ -30,8 +35,23 @@ type invalLog struct {
 
 // serverLog is one server's part of the log.
 type serverLog struct {
-	keys       map[string]*server // key -> the stand-in that took its write, or nil
-	overflowed bool               // keys were lost: a CAS floor replaces them
+	keys       map[string]*loggedKey
+	overflowed bool // keys were lost: a CAS floor replaces them
+}
+
+// loggedKey is a key of a server's log.
+type loggedKey struct {
+	standIn  *server       // the stand-in that took its write, or nil
+	cleaning chan struct{} // closed when the clean under way ends; nil if none
+	again    bool          // logged again while being cleaned: it stays
+}
+
+// end ends e's clean, if one is under way, and wakes its waiters.
+func (e *loggedKey) end() {
+	if e.cleaning != nil {
+		close(e.cleaning)
+		e.cleaning = nil
+	}
 }
 
 func newInvalLog(maxKeys, maxTotal int) *invalLog {
@@ -50,19 +70,22 @@ func (l *invalLog) add(s *server, key string, standIn *server) {
 	switch {
 	case sl.overflowed:
 	case len(sl.keys) >= l.maxKeys || l.total >= l.maxTotal:
-		l.total -= len(sl.keys)
-		sl.keys, sl.overflowed = nil, true
+		l.dropKeys(sl)
+		sl.overflowed = true
 	default:
 		if sl.keys == nil {
-			sl.keys = map[string]*server{}
+			sl.keys = map[string]*loggedKey{}
 		}
-		if _, ok := sl.keys[key]; !ok {
+		e := sl.keys[key]
+		if e == nil {
+			e = &loggedKey{}
+			sl.keys[key] = e
 			l.total++
 		}
-		if old := sl.keys[key]; standIn == nil && old != nil {
-			standIn = old // keep the stand-in that holds a copy
+		if standIn != nil { // else keep the stand-in that holds a copy
+			e.standIn = standIn
 		}
-		sl.keys[key] = standIn
+		e.again = e.cleaning != nil
 	}
 	s.pending.Store(true)
 }
@@ -77,8 +100,8 @@ func (l *invalLog) overflow(s *server) {
 		sl = &serverLog{}
 		l.logs[s] = sl
 	}
-	l.total -= len(sl.keys)
-	sl.keys, sl.overflowed = nil, true
+	l.dropKeys(sl)
+	sl.overflowed = true
 	s.pending.Store(true)
 }
 
@@ -94,51 +117,104 @@ func (l *invalLog) lookup(s *server, key string) (logged bool, standIn *server) 
 	if sl == nil {
 		return false, nil
 	}
-	standIn, ok := sl.keys[key]
-	return ok || sl.overflowed, standIn
+	if e := sl.keys[key]; e != nil {
+		return true, e.standIn
+	}
+	return sl.overflowed, nil
 }
 
-// done removes key from s's log: it was deleted or overwritten there.
-func (l *invalLog) done(s *server, key string) {
+// claim claims the clean of key at s, if it is logged there: it reports
+// whether it is, with the stand-in that took its write, and wait, nil if
+// the caller is to clean it and then call done (or release, if it could
+// not), or else the channel closed when the clean under way ends. An
+// overflowed log's keys are not claimed (a floor stands for them).
+func (l *invalLog) claim(s *server, key string) (logged bool, standIn *server, wait <-chan struct{}) {
 	if !s.pending.Load() {
-		return
+		return false, nil, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sl := l.logs[s]
-	if sl == nil {
+	if sl == nil || sl.keys[key] == nil {
+		return false, nil, nil
+	}
+	e := sl.keys[key]
+	if e.cleaning != nil {
+		return true, e.standIn, e.cleaning
+	}
+	e.cleaning = make(chan struct{})
+	return true, e.standIn, nil
+}
+
+// done removes key from s's log, where it was deleted or overwritten,
+// unless it was logged again since its clean began; it ends the clean.
+func (l *invalLog) done(s *server, key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sl := l.logs[s]
+	if sl == nil || sl.keys[key] == nil {
 		return
 	}
-	if _, ok := sl.keys[key]; ok {
-		delete(sl.keys, key)
-		l.total--
+	e := sl.keys[key]
+	e.end()
+	if e.again {
+		e.again = false
+		return
 	}
+	delete(sl.keys, key)
+	l.total--
 	l.settle(s, sl)
 }
 
-// take empties s's log and returns what it held.
-func (l *invalLog) take(s *server) serverLog {
+// release ends a clean of key at s that failed: key stays logged.
+func (l *invalLog) release(s *server, key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sl := l.logs[s]; sl != nil && sl.keys[key] != nil {
+		sl.keys[key].end()
+		sl.keys[key].again = false
+	}
+}
+
+// dropKeys forgets sl's keys, ending their cleans. Called with l.mu held.
+func (l *invalLog) dropKeys(sl *serverLog) {
+	for _, e := range sl.keys {
+		e.end()
+	}
+	l.total -= len(sl.keys)
+	sl.keys = nil
+}
+
+// take empties s's log and returns its keys, with their stand-ins.
+func (l *invalLog) take(s *server) map[string]*server {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sl := l.logs[s]
 	if sl == nil {
-		return serverLog{}
+		return nil
 	}
+	keys := standIns(sl)
 	delete(l.logs, s)
-	l.total -= len(sl.keys)
+	l.dropKeys(sl)
 	s.pending.Store(false)
-	return *sl
+	return keys
 }
 
 // keys returns a copy of s's logged keys, with their stand-ins.
 func (l *invalLog) keys(s *server) map[string]*server {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[string]*server{}
 	if sl := l.logs[s]; sl != nil {
-		for k, v := range sl.keys {
-			out[k] = v
-		}
+		return standIns(sl)
+	}
+	return map[string]*server{}
+}
+
+// standIns returns sl's keys with their stand-ins. Called with l.mu held.
+func standIns(sl *serverLog) map[string]*server {
+	out := make(map[string]*server, len(sl.keys))
+	for k, e := range sl.keys {
+		out[k] = e.standIn
 	}
 	return out
 }

@@ -59,7 +59,7 @@ func (c *Client) recover(s *server) bool {
 	restarted := start > downAt+restartSlack
 	var standIns map[string]*server
 	if restarted {
-		standIns = c.inval.take(s).keys
+		standIns = c.inval.take(s)
 		s.floor.Store(0) // its CAS ids start again from 1
 	} else if _, overflowed := c.inval.state(s); overflowed {
 		floor, err := c.casNow(ctx, s)
