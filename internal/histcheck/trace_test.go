@@ -70,6 +70,23 @@ func (r *traceRecorder) Step(ctx context.Context, e selector.StepEvent) {
 	t.mu.Unlock()
 }
 
+// Handoff and ServerHealth are written as they come, with the time: a
+// copy's key is not reported, but its servers and time are.
+func (r *traceRecorder) Handoff(e selector.HandoffEvent) {
+	r.line("handoff %s->%s %s %s", e.From, e.To, e.Cause, e.Result)
+}
+
+func (r *traceRecorder) ServerHealth(e selector.HealthEvent) {
+	r.line("health %s %s %s", e.Addr, e.State, e.Reason)
+}
+
+func (r *traceRecorder) line(format string, args ...any) {
+	now := time.Now().Format("15:04:05.000000")
+	r.mu.Lock()
+	fmt.Fprintf(r.w, "%s %s # "+format+"\n", append([]any{now, now}, args...)...)
+	r.mu.Unlock()
+}
+
 func (r *traceRecorder) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
