@@ -289,7 +289,17 @@ func (c *Client) afterWrite(ctx context.Context, h uint64, key string, s *server
 	}
 	b := rt.baseOwner(h)
 	if b != nil && b != s {
-		deleted = c.invalidate(ctx, b, key, c.standInFor(b, s)) || deleted
+		standIn := c.standInFor(b, s)
+		if standIn != nil && b.readable() && c.rt.Load().owner(h) == standIn {
+			// b answers again, but the routing to it is not used yet: s,
+			// which took this write, serves the key until it is, and
+			// keeps the value. b forgets its older one now; s's copy goes
+			// when b is cleaned (see clean), as a stand-in's does.
+			deleted = c.invalidate(ctx, b, key, nil) || deleted
+			c.logKey(b, key, standIn)
+		} else {
+			deleted = c.invalidate(ctx, b, key, standIn) || deleted
+		}
 	}
 	if len(rt.past) == 0 {
 		return deleted
