@@ -113,4 +113,14 @@
 // Env that schedules use, the Schedules, the stale-set runs, the stall
 // proxy and the Client's adapter to Loader (client_test.go). So go test
 // ./internal/histcheck/ runs them all as before.
+//
+// # Following a stale read
+//
+// A failure prints the run's seed (-histcheck.seed reruns its schedules)
+// and each stale read with its two writes. -histcheck.trace DIR writes, for
+// each Client a run builds, every operation with the servers it went to
+// (its failover, request, retry and handoff steps, from the Client's
+// Metrics), and each copy and health change with its time: grep the file
+// for the key to see where the stale value came from. -histcheck.log adds
+// the Clients' log at debug level.
 package histcheck
