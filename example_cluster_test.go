@@ -3,6 +3,7 @@ package selector_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/kubecache/k8s-memcache-selector/internal/testmc"
 )
 
 // The examples run against a stand-in for a Kubernetes cluster seen from
@@ -73,32 +75,34 @@ func startCluster(n int, services ...string) *exampleCluster {
 		log.Fatalf("the examples need memcached (make test-deps installs it): %v", err)
 	}
 	for _, p := range k.pods {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			log.Fatal(err)
-		}
-		p.local = l.Addr().String()
-		l.Close()
-		_, port, _ := net.SplitHostPort(p.local)
-		p.cmd = exec.Command(bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1")
-		if os.Getuid() == 0 {
-			p.cmd.Args = append(p.cmd.Args, "-u", "nobody")
-		}
-		if err := p.cmd.Start(); err != nil {
-			k.Close()
-			log.Fatal(err)
-		}
-	}
-	for _, p := range k.pods {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			c, err := net.DialTimeout("tcp", p.local, time.Second)
+		// A port picked free may be taken before memcached binds it, by
+		// another test package's process: then another is picked.
+		for try := 0; ; try++ {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				log.Fatal(err)
+			}
+			p.local = l.Addr().String()
+			l.Close()
+			_, port, _ := net.SplitHostPort(p.local)
+			p.cmd = exec.Command(bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1")
+			if os.Getuid() == 0 {
+				p.cmd.Args = append(p.cmd.Args, "-u", "nobody")
+			}
+			if err := p.cmd.Start(); err != nil {
+				k.Close()
+				log.Fatal(err)
+			}
+			err = testmc.Wait(p.local, p.cmd.Process.Pid, 5*time.Second)
 			if err == nil {
-				c.Close()
 				break
 			}
-			if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			p.cmd = nil
+			if !errors.Is(err, testmc.ErrPortTaken) || try == 4 {
 				k.Close()
-				log.Fatalf("memcached of %s did not start: %v", p.name, err)
+				log.Fatalf("memcached of %s: %v", p.name, err)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package selector
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubecache/k8s-memcache-selector/internal/testmc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,14 +48,24 @@ func startMemcachedWith(t testing.TB, n int, extra ...string) []*memcached {
 	}
 	ms := make([]*memcached, n)
 	for i := range ms {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		// A port picked free may be taken before memcached binds it, by
+		// another test package's process: then another is picked.
+		for try := 0; ; try++ {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			ms[i] = &memcached{t: t, addr: addr, extra: extra}
+			err = ms[i].tryStart(bin)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, testmc.ErrPortTaken) || try == 4 {
+				t.Fatal(err)
+			}
 		}
-		addr := l.Addr().String()
-		l.Close()
-		ms[i] = &memcached{t: t, addr: addr, extra: extra}
-		ms[i].start(bin)
 		t.Cleanup(ms[i].kill)
 	}
 	return ms
@@ -61,6 +73,14 @@ func startMemcachedWith(t testing.TB, n int, extra ...string) []*memcached {
 
 func (m *memcached) start(bin string) {
 	m.t.Helper()
+	if err := m.tryStart(bin); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// tryStart starts memcached on m's port and waits until it, not another
+// process, answers there.
+func (m *memcached) tryStart(bin string) error {
 	directs.Delete(m.addr) // its connections are to the process before
 	_, port, _ := net.SplitHostPort(m.addr)
 	m.cmd = exec.Command(bin, append([]string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}, m.extra...)...)
@@ -68,18 +88,13 @@ func (m *memcached) start(bin string) {
 		m.cmd.Args = append(m.cmd.Args, "-u", "nobody")
 	}
 	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
+		return err
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", m.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("memcached at %s did not start: %v", m.addr, err)
-		}
+	if err := testmc.Wait(m.addr, m.cmd.Process.Pid, 5*time.Second); err != nil {
+		m.kill()
+		return err
 	}
+	return nil
 }
 
 // kill SIGKILLs the server and waits for it to exit.

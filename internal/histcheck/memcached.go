@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kubecache/k8s-memcache-selector/internal/testmc"
 )
 
 // Memcached is a real memcached process on a loopback port of its own,
@@ -99,41 +101,11 @@ func (m *Memcached) Start() error {
 		return err
 	}
 	m.cmd, m.stopped = cmd, false
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		pid, err := pidAt(m.Addr)
-		switch {
-		case err == nil && pid == cmd.Process.Pid:
-			return nil
-		case err == nil: // another process has the port (another test's): ours could not bind it
-			err = fmt.Errorf("port held by pid %d", pid)
-			m.killLocked()
-			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
-		case time.Now().After(deadline):
-			m.killLocked()
-			return fmt.Errorf("memcached at %s did not start: %w", m.Addr, err)
-		}
+	if err := testmc.Wait(m.Addr, cmd.Process.Pid, 5*time.Second); err != nil {
+		m.killLocked()
+		return err
 	}
-}
-
-// pidAt asks the memcached at addr for its pid (stats), so that a start
-// is sure to be talking to the process it started.
-func pidAt(addr string) (int, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("stats\r\n")); err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(c)
-	for sc.Scan() {
-		if pid, ok := strings.CutPrefix(sc.Text(), "STAT pid "); ok {
-			return strconv.Atoi(strings.TrimSpace(pid))
-		}
-	}
-	return 0, fmt.Errorf("no pid in stats: %v", sc.Err())
+	return nil
 }
 
 // Kill SIGKILLs the process and waits for it to exit.
