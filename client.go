@@ -366,9 +366,11 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 		rt.past[0].gains = lost
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { c.takeFloors(gained) })
+	var failed []*gain
+	wg.Go(func() { failed = c.takeFloors(gained) })
 	c.noteLosses(c.ctx, losses, false)
 	wg.Wait()
+	c.gains.fallBack(failed)
 	c.mu.Lock()
 	// A server that left keeps its connections while it may still be read:
 	// a terminating pod in a past ring is read and listed by every handoff

@@ -1,7 +1,6 @@
 package selector
 
 import (
-	"context"
 	"math"
 	"slices"
 	"sync"
@@ -43,6 +42,7 @@ type gain struct {
 	floor   atomic.Uint64 // math.MaxUint64 until known
 	started atomic.Int64  // the process start the floor was taken in (see serverStart)
 	fallen  bool          // the floor is the record's (see fallBack); under gains.mu
+	taking  sync.Mutex    // held while the floor is taken or fallen back on (see take)
 }
 
 // gainRun is a run of slots, lo to hi, and the gain they had in a past
@@ -318,82 +318,4 @@ func (g *gains) restarted(s *server, start int64) {
 			}
 		}
 	}
-}
-
-// takeFloors learns the floor of each gain: a CAS id its server hands out
-// now, before the routing that gains are of is published, so that every
-// value this Client writes there afterwards is above it. The servers are
-// asked at once, each within twice the Client's timeout; a gain whose
-// server does not answer in time takes its record's (see fallBack). It observes no failure: its
-// caller, refresh, is what a failure asks for.
-func (c *Client) takeFloors(gs []*gain) {
-	if len(gs) == 0 || c.closed.Load() {
-		return
-	}
-	var wg sync.WaitGroup
-	for _, e := range gs {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-			defer cancel()
-			start, f, err := c.floorOf(ctx, e.s)
-			if err != nil {
-				c.gains.fallBack(e)
-				return
-			}
-			e.started.Store(start)
-			e.floor.Store(f)
-		})
-	}
-	wg.Wait()
-}
-
-// fallBack gives e, whose server did not answer for its floor in time, the
-// highest floor known of the server's record of lost slots, and marks it to
-// be raised when the record is read (see raise). A floor taken later would
-// be above the values written and copied there since the change, which the
-// gate would then delete, the mover's copies too (with such a floor taken
-// in the background, e2e TestDemo's rolling restart found 86% of its keys,
-// on a loaded machine). The record's is below every value written since the
-// gain, and above every value of a slot from before its last loss there
-// (see docs/consistency.md).
-func (g *gains) fallBack(e *gain) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	start, f := e.s.losses.lastFloor()
-	e.fallen = true
-	e.started.Store(start)
-	e.floor.Store(f)
-}
-
-// raise gives the gains of s that fell back on its record (see fallBack)
-// the record's highest floor, now known: a Client that has not read the
-// record yet when the change comes (one started since the slots last moved
-// back, on a loaded machine) would otherwise serve, at a stand-in, the
-// values it held from before they left it (histcheck unseen-change-out).
-// The gate reads the record before it serves a value from s (see
-// Client.lossesKnown), so that no value is served below the floor before
-// it is raised.
-func (g *gains) raise(s *server) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	start, f := s.losses.lastFloor()
-	p := g.events.Load()
-	if p == nil || f == 0 {
-		return
-	}
-	for _, e := range *p { // the past rings' gains included (see compact)
-		if e != nil && e.s == s && e.fallen && (start > e.started.Load() || start == e.started.Load() && f > e.floor.Load()) {
-			e.started.Store(start)
-			e.floor.Store(f)
-		}
-	}
-}
-
-// floorOf returns s's process start (see serverStart) and a CAS id it hands
-// out now (see casNow): a floor, and the process it holds in.
-func (c *Client) floorOf(ctx context.Context, s *server) (start int64, floor uint64, err error) {
-	if start, err = serverStart(ctx, s, c.cfg.conn); err == nil {
-		floor, err = c.casNow(ctx, s)
-	}
-	return start, floor, err
 }

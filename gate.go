@@ -83,8 +83,19 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 // deletes it there (see afterWrite), until the ring is dropped. By then the
 // copy has expired, as its expiration was capped below the handoff window
 // (see standInExp).
+//
+// While the routing in use still sends key to standIn (s answers again,
+// but the routing back to it is not published yet), standIn's copy is the
+// key's value, which writes go on replacing there: deleted, it would be
+// lost, and a handoff could copy an older value from a former stand-in in
+// its place (histcheck two-out on 1.6.45). key is logged at s again
+// instead, so that the copy goes when s is next cleaned.
 func (c *Client) cleanStandIn(ctx context.Context, s *server, key string, standIn *server) {
 	if standIn == nil || standIn == s {
+		return
+	}
+	if c.rt.Load().owner(c.hash(key)) == standIn {
+		c.logKey(s, key, standIn)
 		return
 	}
 	var buf [4]*server
@@ -289,17 +300,7 @@ func (c *Client) afterWrite(ctx context.Context, h uint64, key string, s *server
 	}
 	b := rt.baseOwner(h)
 	if b != nil && b != s {
-		standIn := c.standInFor(b, s)
-		if standIn != nil && b.readable() && c.rt.Load().owner(h) == standIn {
-			// b answers again, but the routing to it is not used yet: s,
-			// which took this write, serves the key until it is, and
-			// keeps the value. b forgets its older one now; s's copy goes
-			// when b is cleaned (see clean), as a stand-in's does.
-			deleted = c.invalidate(ctx, b, key, nil) || deleted
-			c.logKey(b, key, standIn)
-		} else {
-			deleted = c.invalidate(ctx, b, key, standIn) || deleted
-		}
+		deleted = c.invalidate(ctx, b, key, c.standInFor(b, s)) || deleted
 	}
 	if len(rt.past) == 0 {
 		return deleted

@@ -237,10 +237,15 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause ha
 		c.reportHandoff(p, s, cause, handoffFailed)
 		return c.unlessOvertaken(st, it), false
 	}
-	err := reserve()
-	if err == nil && present != nil && cause == handoffMove && !c.servable(c.ctx, s, it.Key, c.hash(it.Key), present.CasID) {
+	h := c.hash(it.Key)
+	err := c.awaitGain(c.ctx, s, h)
+	if err == nil {
+		err = reserve()
+	}
+	if err == nil && present != nil && !c.servable(c.ctx, s, it.Key, h, present.CasID) {
 		// An old value of s's, from before it gained the key's slot,
-		// which servable deleted (a read at s would have): reserve again.
+		// which servable deleted (a read at s would have; one whose
+		// floor was pending then, see awaitGain, was not): reserve again.
 		err = reserve()
 	}
 	switch {

@@ -210,6 +210,23 @@ func (l *invalLog) keys(s *server) map[string]*server {
 	return map[string]*server{}
 }
 
+// holds reports whether every key of keys is logged at s still: none was
+// cleaned, or each was logged again.
+func (l *invalLog) holds(s *server, keys map[string]*server) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sl := l.logs[s]
+	if sl == nil || sl.overflowed {
+		return false
+	}
+	for k := range keys {
+		if sl.keys[k] == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // standIns returns sl's keys with their stand-ins. Called with l.mu held.
 func standIns(sl *serverLog) map[string]*server {
 	out := make(map[string]*server, len(sl.keys))

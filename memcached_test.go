@@ -90,7 +90,7 @@ func (m *memcached) tryStart(bin string) error {
 	if err := m.cmd.Start(); err != nil {
 		return err
 	}
-	if err := testmc.Wait(m.addr, m.cmd.Process.Pid, 5*time.Second); err != nil {
+	if err := testmc.Wait(m.addr, m.cmd.Process.Pid, testmc.StartWait); err != nil {
 		m.kill()
 		return err
 	}

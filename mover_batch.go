@@ -246,10 +246,17 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 	o := getItem
 	o.Vivify, o.VivifyTTL = true, c.reserveTTL()
 	reqs := make([]meta.Request, len(idx))
+	var err error
 	for j, i := range idx {
 		reqs[j] = meta.Request{Kind: meta.KindGet, Key: b.ms[i].key, Get: o}
+		if err == nil { // a placeholder is a write: not below a floor taken after it
+			err = c.awaitGain(c.ctx, s, b.ms[i].h)
+		}
 	}
-	if err := b.mc.pipeline(c.ctx, s, reqs); err != nil {
+	if err == nil {
+		err = b.mc.pipeline(c.ctx, s, reqs)
+	}
+	if err != nil {
 		for _, i := range idx {
 			c.reportHandoff(b.p, s, handoffMove, handoffFailed)
 			b.decide(&b.ms[i], moveFailed, false)

@@ -41,8 +41,10 @@ func (c *Client) do(h uint64, r *keyOp) (*server, error) {
 			continue
 		}
 		err = nil
-		if r.kind.stores() { // not below a floor being taken (see awaitFloor)
-			err = c.awaitFloor(r.ctx, s)
+		if r.kind.stores() { // not below a floor being taken (see awaitFloor, awaitGain)
+			if err = c.awaitFloor(r.ctx, s); err == nil {
+				err = c.awaitGain(r.ctx, s, h)
+			}
 		}
 		if err == nil {
 			err = c.clean(r.ctx, s, r.key, r.kind.inPlace())

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // value from a former stand-in could land there in its place (the history
 // checker's two-out under load: an Increment and a Set of one key, the
 // Set's value deleted by its own cleanup, the Increment's older value
-// copied back and served).
+// copied back and served). The drain of the server's log, which runs as
+// soon as it is up, did the same.
 func TestWriteKeptAtItsStandIn(t *testing.T) {
 	ms := startMemcached(t, 2)
 	var f faults
@@ -40,8 +42,19 @@ func TestWriteKeptAtItsStandIn(t *testing.T) {
 	// It answered its probe: up, and readable, before the routing that
 	// sends its keys back to it is published (see Client.recover).
 	serverOf(c, home).state.Store(int32(up))
-	require.NoError(t, c.Set(&memcache.Item{Key: key, Value: []byte("v3")}), "at the stand-in still")
+	// Its log is drained (see Client.drain): the key is deleted there, and
+	// kept at the stand-in, whose copy is the key's value still.
+	c.drain(serverOf(c, home), nil)
+	eventually(t, "the key deleted at its server", func() bool {
+		_, err := direct(home).Get(key)
+		return errors.Is(err, memcache.ErrCacheMiss)
+	})
 	it, err := c.Get(key)
+	require.NoError(t, err, "the stand-in keeps the write it took, through the drain")
+	require.Equal(t, "v2", string(it.Value))
+
+	require.NoError(t, c.Set(&memcache.Item{Key: key, Value: []byte("v3")}), "at the stand-in still")
+	it, err = c.Get(key)
 	require.NoError(t, err, "the stand-in keeps the write it took")
 	require.Equal(t, "v3", string(it.Value))
 	_, err = direct(home).Get(key)

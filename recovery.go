@@ -137,7 +137,10 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 			if len(keys) == 0 {
 				return // overflowed only: a floor stands for it once s is next back
 			}
-			if c.drainKeys(s, keys) == 0 { // s fails: try again after a probe's delay
+			// s fails, or the keys are logged again (their stand-ins are
+			// still routed to, see cleanStandIn): try again after a
+			// probe's delay.
+			if c.drainKeys(s, keys) == 0 || c.inval.holds(s, keys) {
 				select {
 				case <-c.ctx.Done():
 				case <-time.After(c.cfg.probeMin):
@@ -207,7 +210,9 @@ func serverStats(ctx context.Context, s *server, cc connConfig, cmd string) (map
 	defer cancel()
 	conn, err := dial(ctx, s.addr.Network(), s.addr.String())
 	if err != nil {
-		return nil, err
+		// A request that takes a floor first (see awaitGain) fails over
+		// on it as on its own dial's: unreachable, not broken.
+		return nil, &dialError{err}
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {

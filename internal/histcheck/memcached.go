@@ -101,7 +101,7 @@ func (m *Memcached) Start() error {
 		return err
 	}
 	m.cmd, m.stopped = cmd, false
-	if err := testmc.Wait(m.Addr, cmd.Process.Pid, 5*time.Second); err != nil {
+	if err := testmc.Wait(m.Addr, cmd.Process.Pid, testmc.StartWait); err != nil {
 		m.killLocked()
 		return err
 	}

@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// StartWait is how long a test waits for a memcached it started to answer:
+// long, since a machine loaded by tests run at once (load average 30 on 2
+// cores) took more than 5 s to answer one restarted by the history checker.
+const StartWait = 30 * time.Second
+
 // ErrPortTaken is Wait's error when another process listens on the port.
 var ErrPortTaken = errors.New("port taken by another process")
 
