@@ -302,6 +302,14 @@ func (c *Client) afterWrite(ctx context.Context, h uint64, key string, s *server
 	if b != nil && b != s {
 		deleted = c.invalidate(ctx, b, key, c.standInFor(b, s)) || deleted
 	}
+	if l := rt.liveOwner(h); l != nil && l != s && l != b {
+		// Out since rt was built: s is its successor (see ownerNow), and
+		// l held the key until then. The next routing has it in a past
+		// ring, whose handoff would read its older value (histcheck
+		// two-out on 1.6.45: a stand-in out on timeouts, a Delete sent
+		// to the next, then an Increment of the deleted value).
+		deleted = c.invalidate(ctx, l, key, nil) || deleted
+	}
 	if len(rt.past) == 0 {
 		return deleted
 	}

@@ -343,11 +343,15 @@ func (c *Client) DeleteContext(ctx context.Context, key string) (opErr error) {
 // deleted).
 func (c *Client) deleteFirst(rt *routing, h uint64, r *keyOp) {
 	r.seen = rt
+	s := rt.owner(h)
+	if l := rt.liveOwner(h); l != s && l != rt.baseOwner(h) { // out since rt was built (see afterWrite)
+		r.deletedFirst = c.invalidate(r.ctx, l, r.key, nil) || r.deletedFirst
+	}
 	if len(rt.past) == 0 {
 		return
 	}
 	var buf [4]*server
-	for _, p := range rt.previous(h, rt.owner(h), time.Now(), buf[:0]) {
+	for _, p := range rt.previous(h, s, time.Now(), buf[:0]) {
 		r.deletedFirst = c.invalidate(r.ctx, p, r.key, nil) || r.deletedFirst
 	}
 }

@@ -121,6 +121,15 @@ func sameServers(a, b *routing) bool {
 	return true
 }
 
+// liveOwner returns h's server in the ring of the servers up when rt was
+// built, up still or not, or nil.
+func (rt *routing) liveOwner(h uint64) *server {
+	if rt == nil || rt.live == nil {
+		return nil
+	}
+	return rt.liveSrv[rt.live.owner(h)]
+}
+
 // owner returns the server that a key of hash h goes to, or nil if there is
 // none. A server marked out since this routing was built is skipped as if
 // it had been removed: its keys go to the next live server along the ring
@@ -139,7 +148,7 @@ func (rt *routing) ownerNow(h uint64) (s *server, newStandIn bool) {
 	if rt == nil || rt.live == nil {
 		return nil, false
 	}
-	s = rt.liveSrv[rt.live.owner(h)]
+	s = rt.liveOwner(h)
 	switch st := s.status(); {
 	case st == up:
 		return s, false
