@@ -1,69 +1,29 @@
 package selector
 
 import (
-	"bufio"
 	"cmp"
 	"crypto/md5"
 	"encoding/binary"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	hashring "github.com/kubecache/k8s-memcache-selector/internal/ring"
+	"github.com/kubecache/k8s-memcache-selector/internal/ring/ringtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// libmemcachedServers are the servers and weights of libmemcached's ketama
-// test (see testdata/ketama_libmemcached.tsv).
-var libmemcachedServers = []struct {
-	addr   string
-	weight int
-}{
-	{"10.0.1.1:11211", 600}, {"10.0.1.2:11211", 300}, {"10.0.1.3:11211", 200}, {"10.0.1.4:11211", 350},
-	{"10.0.1.5:11211", 1000}, {"10.0.1.6:11211", 800}, {"10.0.1.7:11211", 950}, {"10.0.1.8:11211", 100},
-}
-
-type ketamaCase struct {
-	key          string
-	hash, point  uint32
-	server, line string
-}
-
-func readKetamaCases(t *testing.T) []ketamaCase {
-	f, err := os.Open("testdata/ketama_libmemcached.tsv")
-	require.NoError(t, err)
-	defer f.Close()
-	var cs []ketamaCase
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "#") {
-			continue
-		}
-		fs := strings.Split(sc.Text(), "\t")
-		require.Len(t, fs, 4, sc.Text())
-		h1, err1 := strconv.ParseUint(fs[1], 10, 32)
-		h2, err2 := strconv.ParseUint(fs[2], 10, 32)
-		require.NoError(t, err1)
-		require.NoError(t, err2)
-		cs = append(cs, ketamaCase{fs[0], uint32(h1), uint32(h2), fs[3], sc.Text()})
-	}
-	require.NoError(t, sc.Err())
-	require.Len(t, cs, 99)
-	return cs
-}
 
 // libmemcachedList is a ServerList of Ketama over libmemcached's test
 // servers.
 func libmemcachedList(t *testing.T) *ServerList {
 	w := map[string]int{}
 	var addrs []string
-	for _, s := range libmemcachedServers {
-		w[s.addr] = s.weight
-		addrs = append(addrs, s.addr)
+	for _, s := range ringtest.LibmemcachedServers {
+		w[s.Addr] = int(s.Weight)
+		addrs = append(addrs, s.Addr)
 	}
 	ss := new(ServerList)
 	require.NoError(t, ss.SetHashing(Ketama().WithWeights(w)))
@@ -76,11 +36,11 @@ func libmemcachedList(t *testing.T) *ServerList {
 func TestKetamaLibmemcachedVectors(t *testing.T) {
 	ss := libmemcachedList(t)
 	r := ss.ring.Load()
-	for _, tc := range readKetamaCases(t) {
-		assert.Equal(t, tc.hash, md5Key(tc.key), "hash of %q", tc.key)
-		a, err := ss.PickServer(tc.key)
+	for _, tc := range ringtest.ReadKetamaCases(t, "testdata/ketama_libmemcached.tsv") {
+		assert.Equal(t, tc.Hash, md5Key(tc.Key), "hash of %q", tc.Key)
+		a, err := ss.PickServer(tc.Key)
 		require.NoError(t, err)
-		assert.Equal(t, tc.server+":11211", a.String(), "server of %q", tc.key)
+		assert.Equal(t, tc.Server+":11211", a.String(), "server of %q", tc.Key)
 	}
 	// Past the last point, a key wraps around to the first, which hash 0
 	// reaches (internal/ring's test checks the points themselves).

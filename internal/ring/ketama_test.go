@@ -1,73 +1,31 @@
 package ring
 
 import (
-	"bufio"
 	"crypto/md5"
 	"encoding/binary"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/kubecache/k8s-memcache-selector/internal/ring/ringtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// libmemcachedServers are the servers and weights of libmemcached's ketama
-// test (see testdata/ketama_libmemcached.tsv at the root, whose tests check
-// the same vectors through PickServer).
-var libmemcachedServers = []struct {
-	addr   string
-	weight uint32
-}{
-	{"10.0.1.1:11211", 600}, {"10.0.1.2:11211", 300}, {"10.0.1.3:11211", 200}, {"10.0.1.4:11211", 350},
-	{"10.0.1.5:11211", 1000}, {"10.0.1.6:11211", 800}, {"10.0.1.7:11211", 950}, {"10.0.1.8:11211", 100},
-}
-
-type ketamaCase struct {
-	key          string
-	hash, point  uint32
-	server, line string
-}
-
-func readKetamaCases(t *testing.T) []ketamaCase {
-	f, err := os.Open("../../testdata/ketama_libmemcached.tsv")
-	require.NoError(t, err)
-	defer f.Close()
-	var cs []ketamaCase
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "#") {
-			continue
-		}
-		fs := strings.Split(sc.Text(), "\t")
-		require.Len(t, fs, 4, sc.Text())
-		h1, err1 := strconv.ParseUint(fs[1], 10, 32)
-		h2, err2 := strconv.ParseUint(fs[2], 10, 32)
-		require.NoError(t, err1)
-		require.NoError(t, err2)
-		cs = append(cs, ketamaCase{fs[0], uint32(h1), uint32(h2), fs[3], sc.Text()})
-	}
-	require.NoError(t, sc.Err())
-	require.Len(t, cs, 99)
-	return cs
-}
 
 // TestKetamaLibmemcachedVectors: libmemcached's 99 keys over 8 weighted
 // servers: each key's md5 hash, the continuum point it hits, its server.
 func TestKetamaLibmemcachedVectors(t *testing.T) {
 	var names []string
 	var weights []uint32
-	for _, s := range libmemcachedServers {
-		names, weights = append(names, s.addr), append(weights, s.weight)
+	for _, s := range ringtest.LibmemcachedServers {
+		names, weights = append(names, s.Addr), append(weights, s.Weight)
 	}
 	r := NewKetama(names, weights, listOrder(len(names)))
 	c := r.alt.cont
 	require.Equal(t, 1264, len(c.value), "points") // 4 x (44+22+14+26+74+59+70+7): each weight's share of 40 x 8 digests, floored
-	for _, tc := range readKetamaCases(t) {
-		assert.Equal(t, tc.hash, MD5Key(tc.key), "hash of %q", tc.key)
-		assert.Equal(t, tc.point, c.value[c.at(tc.hash)], "point of %q", tc.key)
-		assert.Equal(t, tc.server+":11211", names[r.Owner(uint64(MD5Key(tc.key)))], "server of %q", tc.key)
+	for _, tc := range ringtest.ReadKetamaCases(t, "../../testdata/ketama_libmemcached.tsv") {
+		assert.Equal(t, tc.Hash, MD5Key(tc.Key), "hash of %q", tc.Key)
+		assert.Equal(t, tc.Point, c.value[c.at(tc.Hash)], "point of %q", tc.Key)
+		assert.Equal(t, tc.Server+":11211", names[r.Owner(uint64(MD5Key(tc.Key)))], "server of %q", tc.Key)
 	}
 	// Past the last point, a key wraps around to the first.
 	require.Greater(t, MD5Key("VDEAAAAA"), c.value[len(c.value)-1])
