@@ -121,40 +121,7 @@ func BenchmarkGetMultiFloor(b *testing.B) {
 		}
 		return err
 	}
-	impls := []func(int) error{gm, cl, floor}
-	for i := range 20 {
-		for _, f := range impls {
-			if err := f(i); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	orders := clientOrders(len(impls))
-	lat := make([][]time.Duration, len(impls))
-	for j := range lat {
-		lat[j] = make([]time.Duration, 0, b.N)
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		for _, j := range orders[i%len(orders)] {
-			start := time.Now()
-			if err := impls[j](i); err != nil {
-				b.Fatal(err)
-			}
-			lat[j] = append(lat[j], time.Since(start))
-		}
-	}
-	b.StopTimer()
-	means := make([]time.Duration, len(impls))
-	for j := range lat {
-		means[j] = mean(lat[j])
-		slices.Sort(lat[j])
-	}
-	for j, name := range []string{"client", "floor"} {
-		b.ReportMetric(float64(means[j+1])/float64(means[0]), name+"/gm-mean")
-		b.ReportMetric(float64(quantile(lat[j+1], 0.5))/float64(quantile(lat[0], 0.5)), name+"/gm-p50")
-	}
-	b.ReportMetric(float64(quantile(lat[0], 0.5)), "gm-p50-ns")
+	floorLoop(b, gm, cl, floor)
 }
 
 // BenchmarkGetFloor is BenchmarkGetMultiFloor for a Get hit, 1 goroutine:
@@ -210,14 +177,22 @@ func BenchmarkGetFloor(b *testing.B) {
 	}
 	opt := meta.GetOptions{Value: true, ClientFlags: true, CAS: true}
 	ctx := context.Background()
-	impls := []func(int) error{
+	floorLoop(b,
 		func(i int) error { _, err := mc.Get(benchKeys[i&benchKeyMask]); return err },
 		func(i int) error { _, err := sc.Get(benchKeys[i&benchKeyMask]); return err },
 		func(i int) error {
 			_, err := keyPool[i&benchKeyMask].Get(ctx, benchKeys[i&benchKeyMask], opt)
 			return err
-		},
-	}
+		})
+}
+
+// floorLoop is the floor benchmarks' loop: after 20 untimed calls of each
+// (connections dialled), it calls gm, client and floor with i from 0 to
+// b.N-1, the three in turn in clientOrders' rotating orders, so that the
+// machine's state is the same for all, and timing each call. It reports
+// client's and floor's mean and p50 latency as ratios to gm's, and gm's p50.
+func floorLoop(b *testing.B, gm, client, floor func(i int) error) {
+	impls := []func(int) error{gm, client, floor}
 	for i := range 20 {
 		for _, f := range impls {
 			if err := f(i); err != nil {
