@@ -29,17 +29,15 @@ func loads(e *Env) error {
 // at the server a key leaves (see leaseAcross).
 func loadsChange(e *Env) error {
 	before := e.members
+	var phase string
 	var after []int
 	switch e.Rng.IntN(3) {
 	case 0:
-		e.Phase("added")
-		after = append(append([]int(nil), before...), e.Spare())
+		phase, after = "added", append(append([]int(nil), before...), e.Spare())
 	case 1:
-		e.Phase("removed")
-		after = without(before, e.Member())
+		phase, after = "removed", without(before, e.Member())
 	default:
-		e.Phase("replaced")
-		after = append(without(before, e.Member()), e.Spare())
+		phase, after = "replaced", append(without(before, e.Member()), e.Spare())
 	}
 	change := func() error {
 		if err := e.SetMembers(after...); err != nil {
@@ -48,16 +46,9 @@ func loadsChange(e *Env) error {
 		e.Applied()
 		return nil
 	}
-	if err := leaseAcross(e, before, after, change); err != nil {
-		return err
-	}
-	e.Sleep(inWindow(e))
-	e.Phase("undone")
-	if err := e.SetMembers(before...); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	return ringRound(e,
+		ringStep{phase, func() error { return leaseAcross(e, before, after, change) }, inWindow},
+		ringStep{"undone", func() error { return e.SetMembers(before...) }, nil})
 }
 
 // loadsFailover stops or kills a member during loads, long enough for the

@@ -192,66 +192,80 @@ func pastWindow(e *Env) time.Duration {
 	return e.Between(e.Params.HandoffWindow*3/2, e.Params.HandoffWindow*2)
 }
 
+// inOrPastWindow is either, at random.
+func inOrPastWindow(e *Env) time.Duration {
+	if e.Rng.IntN(2) == 0 {
+		return inWindow(e)
+	}
+	return pastWindow(e)
+}
+
+// A ringStep is a phase of a ring schedule's round: what starts it (a
+// change of the ring, mostly) and, if set, how long it then lasts. The
+// wait is drawn after do, as do may draw from e.Rng too.
+type ringStep struct {
+	phase string
+	do    func() error
+	wait  func(*Env) time.Duration
+}
+
+// ringRound runs the steps in turn, up to the first that fails, and lets
+// the client settle: the round of the schedules that change the ring and
+// change it back.
+func ringRound(e *Env, steps ...ringStep) error {
+	for _, st := range steps {
+		e.Phase(st.phase)
+		if err := st.do(); err != nil {
+			return err
+		}
+		if st.wait != nil {
+			e.Sleep(st.wait(e))
+		}
+	}
+	settle(e)
+	return nil
+}
+
+// add and remove are ringSteps' changes: server i added to, or removed
+// from, the ring.
+func add(e *Env, i int) func() error    { return func() error { return e.Add(i) } }
+func remove(e *Env, i int) func() error { return func() error { return e.Remove(i) } }
+
+// inTurn does fs in turn, up to the first that fails.
+func inTurn(fs ...func() error) func() error {
+	return func() error {
+		for _, f := range fs {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // addRemove adds a spare and removes it within the handoff window: the
 // keys it took go back to where they were, which still holds their older
 // values.
 func addRemove(e *Env) error {
 	s := e.Spare()
-	e.Phase("added")
-	if err := e.Add(s); err != nil {
-		return err
-	}
-	e.Sleep(inWindow(e))
-	e.Phase("removed")
-	if err := e.Remove(s); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	return ringRound(e, ringStep{"added", add(e, s), inWindow}, ringStep{"removed", remove(e, s), nil})
 }
 
 // removeAdd removes a member and adds it back within the window: it
 // returns with the values written before it left.
 func removeAdd(e *Env) error {
 	m := e.Member()
-	e.Phase("removed")
-	if err := e.Remove(m); err != nil {
-		return err
-	}
-	e.Sleep(inWindow(e))
-	e.Phase("returned")
-	if err := e.Add(m); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	return ringRound(e, ringStep{"removed", remove(e, m), inWindow}, ringStep{"returned", add(e, m), nil})
 }
 
 // replace replaces a member by a spare, and after a while, within or past
-// the window, the spare by the member again.
+// the window, the spare by the member again: two changes each way (a
+// removal, then an addition), not one as Env.Replace makes.
 func replace(e *Env) error {
 	m, s := e.Member(), e.Spare()
-	e.Phase("replaced")
-	if err := e.Remove(m); err != nil {
-		return err
-	}
-	if err := e.Add(s); err != nil {
-		return err
-	}
-	if e.Rng.IntN(2) == 0 {
-		e.Sleep(inWindow(e))
-	} else {
-		e.Sleep(pastWindow(e))
-	}
-	e.Phase("replaced-back")
-	if err := e.Remove(s); err != nil {
-		return err
-	}
-	if err := e.Add(m); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	return ringRound(e,
+		ringStep{"replaced", inTurn(remove(e, m), add(e, s)), inOrPastWindow},
+		ringStep{"replaced-back", inTurn(remove(e, s), add(e, m)), nil})
 }
 
 // moveBack adds a spare and removes it after the handoff window (issue
@@ -263,17 +277,7 @@ func replace(e *Env) error {
 // one started after a move back, unseenChange).
 func moveBack(e *Env) error {
 	s := e.Spare()
-	e.Phase("added")
-	if err := e.Add(s); err != nil {
-		return err
-	}
-	e.Sleep(pastWindow(e))
-	e.Phase("moved-back")
-	if err := e.Remove(s); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	return ringRound(e, ringStep{"added", add(e, s), pastWindow}, ringStep{"moved-back", remove(e, s), nil})
 }
 
 // moves adds a spare and removes it after the Client's key moves ran
@@ -282,18 +286,7 @@ func moveBack(e *Env) error {
 // a deleted one back.
 func moves(e *Env) error {
 	s := e.Spare()
-	e.Phase("added")
-	if err := e.Add(s); err != nil {
-		return err
-	}
-	e.Sleep(e.Between(1200*time.Millisecond, 2*time.Second))
-	e.Phase("removed")
-	if err := e.Remove(s); err != nil {
-		return err
-	}
-	e.Sleep(e.Between(1200*time.Millisecond, 2*time.Second))
-	settle(e)
-	return nil
+	return ringRound(e, ringStep{"added", add(e, s), movesRun}, ringStep{"removed", remove(e, s), movesRun})
 }
 
 // unseenChange moves keys back to a server that holds older values of
@@ -306,28 +299,16 @@ func moves(e *Env) error {
 // values (its gains); the new one none either: the servers' records of the
 // slots they lost tell it which are old (see the root package's lostKey).
 func unseenChange(e *Env) error {
-	var leave, back func() error
-	if m := e.Member(); e.Round%2 == 0 {
-		e.Phase("removed")
-		leave, back = func() error { return e.Remove(m) }, func() error { return e.Add(m) }
-	} else {
+	m := e.Member()
+	leave := ringStep{"removed", remove(e, m), pastWindow}
+	back := add(e, m)
+	if e.Round%2 != 0 {
 		s := e.Spare()
-		e.Phase("added")
-		leave, back = func() error { return e.Add(s) }, func() error { return e.Remove(s) }
+		leave = ringStep{"added", add(e, s), pastWindow}
+		back = remove(e, s)
 	}
-	if err := leave(); err != nil {
-		return err
-	}
-	e.Sleep(pastWindow(e))
-	e.Phase("moved-back")
-	if err := back(); err != nil {
-		return err
-	}
-	if err := e.Renew(nil); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	renew := func() error { return e.Renew(nil) }
+	return ringRound(e, leave, ringStep{"moved-back", inTurn(back, renew), nil})
 }
 
 // unseenChangeOut is unseenChange with the member hung (SIGSTOP) as it
@@ -388,20 +369,12 @@ func flush(e *Env) error {
 // reaches only the current members.
 func flushDeparted(e *Env) error {
 	m := e.Member()
-	e.Phase("removed")
-	if err := e.Remove(m); err != nil {
-		return err
-	}
-	e.Sleep(e.Between(50*time.Millisecond, e.Params.HandoffWindow/4))
-	e.Phase("flushed")
-	e.Flush()
-	e.Sleep(inWindow(e))
-	e.Phase("returned")
-	if err := e.Add(m); err != nil {
-		return err
-	}
-	settle(e)
-	return nil
+	handingOff := func(e *Env) time.Duration { return e.Between(50*time.Millisecond, e.Params.HandoffWindow/4) }
+	flush := func() error { e.Flush(); return nil }
+	return ringRound(e,
+		ringStep{"removed", remove(e, m), handingOff},
+		ringStep{"flushed", flush, inWindow},
+		ringStep{"returned", add(e, m), nil})
 }
 
 // abandonParams give every operation a deadline shorter than abandon's
