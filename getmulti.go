@@ -136,7 +136,12 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		// The batches to servers that speak the meta protocol are all
 		// sent first, and then read one after the other on this
 		// goroutine: about one round trip for all, without a goroutine
-		// each (see meta.Batch).
+		// each (see meta.Batch). Their keys are cleaned before any is
+		// sent: a clean's delete (at a key's server, or at its stand-in)
+		// on a connection where a batch of this goroutine waits unread
+		// would wait forever if the batch held the connection's read
+		// role, which only this goroutine's Wait takes up
+		// (TestGetMultiCleansBeforeItsBatches).
 		var wg sync.WaitGroup
 		var sentBuf [4]sentBatch
 		sent := sentBuf[:0]
@@ -151,25 +156,27 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 				continue
 			}
 			sb := sentBatch{b: b, start: c.stepStart()}
-			bks := ks[:0:len(b.keys)]
+			sb.ks = ks[:0:len(b.keys)]
 			ks = ks[len(b.keys):]
 			for _, i := range b.keys {
 				if sb.err = c.clean(ctx, b.s, keys[i], false); sb.err != nil {
 					break
 				}
-				bks = append(bks, keys[i])
-			}
-			if sb.err == nil {
-				b.s.inflight.Add(1)
-				bt, err := b.s.meta.p.StartGetMulti(ctx, bks, getItem)
-				if err != nil {
-					sb.err = gomemcacheErr("get", err)
-					b.s.end(sb.err)
-				} else {
-					sb.bt, sb.ks, sb.started = bt, bks, true
-				}
+				sb.ks = append(sb.ks, keys[i])
 			}
 			sent = append(sent, sb)
+		}
+		for i := range sent {
+			if sb := &sent[i]; sb.err == nil {
+				sb.b.s.inflight.Add(1)
+				bt, err := sb.b.s.meta.p.StartGetMulti(ctx, sb.ks, getItem)
+				if err != nil {
+					sb.err = gomemcacheErr("get", err)
+					sb.b.s.end(sb.err)
+				} else {
+					sb.bt, sb.started = bt, true
+				}
+			}
 		}
 		for i := range sent {
 			sb := &sent[i]
