@@ -103,7 +103,7 @@ func TestInvalLogClaim(t *testing.T) {
 		{"done", func(l *invalLog) { l.done(s, "k") }, false},
 		{"failed", func(l *invalLog) { l.release(s, "k") }, true},
 		{"logged again meanwhile", func(l *invalLog) { l.add(s, "k", nil); l.done(s, "k") }, true},
-		{"taken", func(l *invalLog) { require.Equal(t, map[string]*server{"k": standIn}, l.take(s)) }, false},
+		{"taken", func(l *invalLog) { require.Equal(t, map[string][]*server{"k": {standIn}}, l.take(s)) }, false},
 		{"overflowed", func(l *invalLog) { l.overflow(s) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestInvalLogClaim(t *testing.T) {
 			l.add(s, "k", standIn)
 			logged, in, wait := l.claim(s, "k")
 			require.True(t, logged)
-			require.Equal(t, standIn, in)
+			require.Equal(t, []*server{standIn}, in)
 			require.Nil(t, wait, "the first claims the clean")
 			logged, _, wait = l.claim(s, "k")
 			require.True(t, logged)
@@ -122,9 +122,18 @@ func TestInvalLogClaim(t *testing.T) {
 			logged, in, wait = l.claim(s, "k")
 			require.Equal(t, tc.stillThere, logged)
 			if logged {
-				require.Equal(t, standIn, in, "its stand-in is kept")
+				require.Equal(t, []*server{standIn}, in, "its stand-in is kept")
 				require.Nil(t, wait, "and the next claims it")
 			}
 		})
 	}
+	t.Run("each stand-in", func(t *testing.T) {
+		l := newInvalLog(10, 10)
+		other := &server{}
+		for _, in := range []*server{standIn, other, standIn, nil} {
+			l.add(s, "k", in)
+		}
+		_, in, _ := l.claim(s, "k")
+		require.Equal(t, []*server{standIn, other}, in, "every stand-in that took a write, once")
+	})
 }

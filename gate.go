@@ -54,7 +54,7 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 		}
 	}
 	for {
-		logged, standIn, wait := c.inval.claim(s, key)
+		logged, standIns, wait := c.inval.claim(s, key)
 		if !logged {
 			return nil // or the log overflowed: a floor stands for the keys it lost
 		}
@@ -71,7 +71,9 @@ func (c *Client) clean(ctx context.Context, s *server, key string, inPlace bool)
 			c.inval.release(s, key)
 			return err
 		}
-		c.cleanStandIn(ctx, s, key, standIn)
+		for _, t := range standIns {
+			c.cleanStandIn(ctx, s, key, t)
+		}
 		c.inval.done(s, key)
 		return nil
 	}

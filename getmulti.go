@@ -293,7 +293,7 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 			continue
 		}
 		for _, p := range rt.previous(hashes[i], owner[i], now, buf[:0]) {
-			if logged, _ := c.inval.lookup(p, k); p.readable() && !logged {
+			if logged := c.inval.lookup(p, k); p.readable() && !logged {
 				bs = addTo(bs, p, i)
 				break
 			}

@@ -153,7 +153,7 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 		if !p.readable() {
 			continue
 		}
-		if logged, _ := c.inval.lookup(p, key); logged {
+		if logged := c.inval.lookup(p, key); logged {
 			continue
 		}
 		var it *memcache.Item
@@ -255,7 +255,7 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause ha
 		c.reportHandoff(p, s, cause, handoffFailed)
 		return c.unlessOvertaken(st, it), false
 	case present != nil:
-		if logged, _ := c.inval.lookup(s, it.Key); cause == handoffMove && !logged {
+		if logged := c.inval.lookup(s, it.Key); cause == handoffMove && !logged {
 			// s's value is newer than p's: a write's, or a copy's filled
 			// already (unless s missed a write, and its value waits to be
 			// deleted: then p's stays). p's is read no more: delete it,

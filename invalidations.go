@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -41,7 +42,7 @@ type serverLog struct {
 
 // loggedKey is a key of a server's log.
 type loggedKey struct {
-	standIn  *server       // the stand-in that took its write, or nil
+	standIns []*server     // the stand-ins that took its writes: each one's, not only the last
 	cleaning chan struct{} // closed when the clean under way ends; nil if none
 	again    bool          // logged again while being cleaned: it stays
 }
@@ -82,8 +83,13 @@ func (l *invalLog) add(s *server, key string, standIn *server) {
 			sl.keys[key] = e
 			l.total++
 		}
-		if standIn != nil { // else keep the stand-in that holds a copy
-			e.standIn = standIn
+		if standIn != nil && !slices.Contains(e.standIns, standIn) {
+			// Each stand-in that took a write of key while s was out holds
+			// a copy, the older ones too: forgetting one when the next
+			// took a write left its copy to be read when it stood in again
+			// (histcheck two-out on 1.6.45 under load: a value deleted 3 s
+			// before, served).
+			e.standIns = append(e.standIns, standIn)
 		}
 		e.again = e.cleaning != nil
 	}
@@ -105,30 +111,27 @@ func (l *invalLog) overflow(s *server) {
 	s.pending.Store(true)
 }
 
-// lookup reports whether key is logged at s, and the stand-in that took it.
-// An overflowed log holds every key, with no stand-in known.
-func (l *invalLog) lookup(s *server, key string) (logged bool, standIn *server) {
+// lookup reports whether key is logged at s. An overflowed log holds
+// every key.
+func (l *invalLog) lookup(s *server, key string) (logged bool) {
 	if !s.pending.Load() {
-		return false, nil
+		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sl := l.logs[s]
 	if sl == nil {
-		return false, nil
+		return false
 	}
-	if e := sl.keys[key]; e != nil {
-		return true, e.standIn
-	}
-	return sl.overflowed, nil
+	return sl.keys[key] != nil || sl.overflowed
 }
 
 // claim claims the clean of key at s, if it is logged there: it reports
-// whether it is, with the stand-in that took its write, and wait, nil if
+// whether it is, with the stand-ins that took its writes, and wait, nil if
 // the caller is to clean it and then call done (or release, if it could
 // not), or else the channel closed when the clean under way ends. An
 // overflowed log's keys are not claimed (a floor stands for them).
-func (l *invalLog) claim(s *server, key string) (logged bool, standIn *server, wait <-chan struct{}) {
+func (l *invalLog) claim(s *server, key string) (logged bool, standIns []*server, wait <-chan struct{}) {
 	if !s.pending.Load() {
 		return false, nil, nil
 	}
@@ -140,10 +143,10 @@ func (l *invalLog) claim(s *server, key string) (logged bool, standIn *server, w
 	}
 	e := sl.keys[key]
 	if e.cleaning != nil {
-		return true, e.standIn, e.cleaning
+		return true, nil, e.cleaning
 	}
 	e.cleaning = make(chan struct{})
-	return true, e.standIn, nil
+	return true, slices.Clone(e.standIns), nil
 }
 
 // done removes key from s's log, where it was deleted or overwritten,
@@ -186,7 +189,7 @@ func (l *invalLog) dropKeys(sl *serverLog) {
 }
 
 // take empties s's log and returns its keys, with their stand-ins.
-func (l *invalLog) take(s *server) map[string]*server {
+func (l *invalLog) take(s *server) map[string][]*server {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sl := l.logs[s]
@@ -201,18 +204,18 @@ func (l *invalLog) take(s *server) map[string]*server {
 }
 
 // keys returns a copy of s's logged keys, with their stand-ins.
-func (l *invalLog) keys(s *server) map[string]*server {
+func (l *invalLog) keys(s *server) map[string][]*server {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if sl := l.logs[s]; sl != nil {
 		return standIns(sl)
 	}
-	return map[string]*server{}
+	return map[string][]*server{}
 }
 
 // holds reports whether every key of keys is logged at s still: none was
 // cleaned, or each was logged again.
-func (l *invalLog) holds(s *server, keys map[string]*server) bool {
+func (l *invalLog) holds(s *server, keys map[string][]*server) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sl := l.logs[s]
@@ -228,10 +231,10 @@ func (l *invalLog) holds(s *server, keys map[string]*server) bool {
 }
 
 // standIns returns sl's keys with their stand-ins. Called with l.mu held.
-func standIns(sl *serverLog) map[string]*server {
-	out := make(map[string]*server, len(sl.keys))
+func standIns(sl *serverLog) map[string][]*server {
+	out := make(map[string][]*server, len(sl.keys))
 	for k, e := range sl.keys {
-		out[k] = e.standIn
+		out[k] = slices.Clone(e.standIns)
 	}
 	return out
 }

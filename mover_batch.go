@@ -43,7 +43,7 @@ func (c *Client) moveBatch(ctx context.Context, mc *moveConns, p *server, keys [
 			m.single = true
 			continue
 		}
-		if logged, _ := c.inval.lookup(p, k); logged {
+		if logged := c.inval.lookup(p, k); logged {
 			m.single = true
 			continue
 		}
@@ -284,7 +284,7 @@ func (c *Client) reserveBatch(b *moveBatchState, s *server, idx []int) {
 			// s's value is newer than p's: a write's, or a copy's filled
 			// already; p's is deleted, unless s missed a write of the key
 			// and its value waits to be deleted (see copyTo).
-			logged, _ := c.inval.lookup(s, m.key)
+			logged := c.inval.lookup(s, m.key)
 			m.drop = !logged
 			c.reportHandoff(b.p, s, handoffMove, handoffPresent)
 			b.decide(m, moveDone, true)

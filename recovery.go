@@ -57,7 +57,7 @@ func (c *Client) recover(s *server) bool {
 	// differ, proves a restart. A restart it cannot prove costs a replay of
 	// deletes that find nothing.
 	restarted := start > downAt+restartSlack
-	var standIns map[string]*server
+	var standIns map[string][]*server
 	if restarted {
 		standIns = c.inval.take(s)
 		s.floor.Store(0) // its CAS ids start again from 1
@@ -112,7 +112,7 @@ func (c *Client) recover(s *server) bool {
 // stand-ins that took them, and the keys of standIns (those of a server that
 // restarted) at their stand-ins only. It stops when s is out again (the
 // keys left stay logged) or the Client closes.
-func (c *Client) drain(s *server, standIns map[string]*server) {
+func (c *Client) drain(s *server, standIns map[string][]*server) {
 	c.mu.Lock()
 	if s.draining || c.closed.Load() {
 		c.mu.Unlock()
@@ -126,11 +126,13 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 			s.draining = false
 			c.mu.Unlock()
 		}()
-		for k, t := range standIns {
-			if c.ctx.Err() != nil {
-				return
+		for k, ts := range standIns {
+			for _, t := range ts {
+				if c.ctx.Err() != nil {
+					return
+				}
+				c.cleanStandIn(c.ctx, s, k, t)
 			}
-			c.cleanStandIn(c.ctx, s, k, t)
 		}
 		for c.ctx.Err() == nil && s.status() == up && s.pending.Load() {
 			keys := c.inval.keys(s)
@@ -151,7 +153,7 @@ func (c *Client) drain(s *server, standIns map[string]*server) {
 }
 
 // drainKeys cleans keys at s (see replay), and returns how many it did.
-func (c *Client) drainKeys(s *server, keys map[string]*server) int {
+func (c *Client) drainKeys(s *server, keys map[string][]*server) int {
 	n := c.replay(c.ctx, s, keys, func(err error) { c.observe(s, failureOf(err), err) })
 	c.reportReplay(s, n)
 	return n
@@ -295,7 +297,7 @@ const closeReplayTime = 4
 // replay cleans keys at s, a few at once (see clean), until one fails
 // (failed, if not nil, is told why) or ctx ends, and returns how many it
 // cleaned.
-func (c *Client) replay(ctx context.Context, s *server, keys map[string]*server, failed func(error)) int {
+func (c *Client) replay(ctx context.Context, s *server, keys map[string][]*server, failed func(error)) int {
 	ctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	work := make(chan string)
