@@ -244,9 +244,12 @@ func newPendingGainWorld(t *testing.T) (*movedBackWorld, []string) {
 	f.set(w.ms[0].addr, true, 0)
 	f.set(w.ms[1].addr, true, 0)
 	w.change(t, 0, 1, 2) // and come back, unrecorded
-	eventually(t, "the records owed", func() bool {
-		return serverOf(w.c, w.ms[0].addr).losses.owes() && serverOf(w.c, w.ms[1].addr).losses.owes()
-	})
+	// The second pass's tries (see noteLossesAgain) are a moment apart,
+	// up to two timeouts each: longer than eventually waits.
+	for deadline := time.Now().Add(time.Minute); !serverOf(w.c, w.ms[0].addr).losses.owes() || !serverOf(w.c, w.ms[1].addr).losses.owes(); {
+		require.False(t, time.Now().After(deadline), "timed out waiting for the records owed")
+		time.Sleep(10 * time.Millisecond)
+	}
 	w.set(t, thirds, "owner")
 	w.change(t, 0, 1) // and go to the others again, with no floor taken
 	f.set(w.ms[0].addr, false, 0)

@@ -34,7 +34,7 @@ func TestRealItemSizeMax(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := startMemcached(t, tt.args...)
-			p := m.pool(t, Options{MaxConns: 1})
+			p := m.pool(t, Options{MaxConns: 1, Timeout: 5 * time.Second}) // 4 MB under -race on a loaded machine
 			ctx := context.Background()
 			n, err := p.ItemSizeMax(ctx)
 			require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestRealItemSizeMax(t *testing.T) {
 func TestRealOverTheBound(t *testing.T) {
 	checkGoroutines(t)
 	m := startMemcached(t, "-I", "4m", "-m", "64")
-	c := m.conn(t, Options{})
+	c := m.conn(t, Options{Timeout: 5 * time.Second}) // 3 MB under -race on a loaded machine
 	ctx := context.Background()
 	large := bytes.Repeat([]byte("x"), 3<<20)
 	_, err := c.Set(ctx, "large", large, SetOptions{})
