@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -39,6 +40,12 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		}
 		hashes[i] = c.hash(k)
 	}
+	return c.getMultiHashed(ctx, keys, hashes, true)
+}
+
+// getMultiHashed is getMulti's batches for keys of hashes hashes, and,
+// with handoff, the handoff of those that missed and moved.
+func (c *Client) getMultiHashed(ctx context.Context, keys []string, hashes []uint64, handoff bool) (map[string]*memcache.Item, error) {
 	found := make(map[string]*memcache.Item, len(keys))
 	owner := make([]*server, len(keys)) // where each key was last asked
 	var mu sync.Mutex
@@ -188,7 +195,7 @@ func (c *Client) getMulti(ctx context.Context, keys []string) (map[string]*memca
 		}
 		wg.Wait()
 	}
-	if len(pending) == 0 {
+	if len(pending) == 0 && handoff {
 		c.handoffMulti(ctx, keys, hashes, owner, found)
 	} else if last == nil {
 		last = retried
@@ -279,7 +286,8 @@ func addTo(bs []batch, s *server, i int) []batch {
 
 // handoffMulti hands off the keys that missed and moved: each is asked at
 // the first server it was at before that can be read, in one batch per
-// server, and a hit is copied to its server as handoff does.
+// server, and a hit is copied to its server as handoff does. Keys that
+// missed there too are read again at their servers (see copied.moved).
 func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint64, owner []*server, found map[string]*memcache.Item) {
 	rt := c.rt.Load()
 	if len(rt.past) == 0 {
@@ -301,6 +309,7 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var again []int // indexes into keys
 	for _, b := range bs {
 		wg.Go(func() {
 			ks := make([]string, len(b.keys))
@@ -335,10 +344,21 @@ func (c *Client) handoffMulti(ctx context.Context, keys []string, hashes []uint6
 				if cp := copied[j]; cp != nil {
 					cp.Expiration = 0 // as gomemcache's GetMulti
 					found[keys[i]] = cp
+				} else if err == nil && items[keys[i]] == nil {
+					again = append(again, i)
 				}
 			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	if len(again) == 0 {
+		return
+	}
+	ks, hs := make([]string, len(again)), make([]uint64, len(again))
+	for j, i := range again {
+		ks[j], hs[j] = keys[i], hashes[i]
+	}
+	more, _ := c.getMultiHashed(ctx, ks, hs, false)
+	maps.Copy(found, more)
 }

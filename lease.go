@@ -189,6 +189,7 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load l
 	h := c.hash(key)
 	var deadline time.Time
 	pause := time.Millisecond
+	again := true // a classic read once more after a handoff that may have raced a copy (see copied.moved)
 	for {
 		var ls leaseRead
 		r := keyOp{ctx: ctx, kind: opLease, key: key, exp: opt.leaseTTL(), lease: &ls}
@@ -198,9 +199,14 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load l
 			r.got.Expiration = 0
 			return r.got, nil
 		case ls.classic && errors.Is(err, memcache.ErrCacheMiss):
-			if it, herr := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead); herr == nil {
+			it, cp, herr := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead)
+			if herr == nil {
 				it.Expiration = 0
 				return it, nil
+			}
+			if cp.moved() && again {
+				again = false
+				continue
 			}
 			return loadItem(ctx, key, load, func(it *memcache.Item) { c.storeLoaded(ctx, opAdd, it, 0, nil) })
 		case errors.Is(err, memcache.ErrCacheMiss) && ls.cas != 0:
@@ -249,7 +255,9 @@ func (c *Client) leased(ctx context.Context, key string, opt LoadOptions, load l
 // of ring. A value found there is written to s with the lease (and so
 // deleted where it was: see afterWrite), and returned with ok.
 func (c *Client) handoffLease(ctx context.Context, h uint64, key string, s *server, cas uint64) (_ *memcache.Item, ok bool, _ error) {
-	it, err := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead)
+	// The key cannot have moved to s meanwhile (see copied.moved): the
+	// lease's placeholder holds it.
+	it, _, err := c.handoff(ctx, h, key, s, c.handoffTTL(), false, handoffRead)
 	switch {
 	case isCtxErr(err):
 		c.release(s, key, cas)

@@ -174,7 +174,14 @@ func (c *Client) get(r *keyOp, exp int32) (*memcache.Item, error) {
 	case err == nil:
 		return r.got, nil
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch, handoffRead)
+		it, cp, err := c.handoff(r.ctx, h, r.key, s, exp, r.kind == opGetAndTouch, handoffRead)
+		if cp.moved() { // read again where the key went meanwhile
+			r.got = nil
+			if _, err := c.do(h, r); err == nil {
+				return r.got, nil
+			}
+		}
+		return it, err
 	}
 	return nil, err
 }
@@ -400,7 +407,7 @@ func (c *Client) change(r *keyOp) error {
 	h := c.hash(r.key)
 	s, err := c.do(h, r)
 	if s != nil && (errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrNotStored)) {
-		if _, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, handoffRead); herr == nil {
+		if _, cp, herr := c.handoff(r.ctx, h, r.key, s, c.handoffTTL(), false, handoffRead); herr == nil || cp.moved() {
 			s, err = c.do(h, r)
 		}
 	}

@@ -1,0 +1,169 @@
+package selector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/stretchr/testify/require"
+)
+
+// onReply is a dialer for tests that runs a function once, when armed,
+// right after a connection to addr reads the reply mark (EN: a miss): the
+// request has its answer, and the function changes the servers before the
+// Client acts on it.
+type onReply struct {
+	addr string
+	mu   sync.Mutex
+	mark []byte
+	fn   func()
+}
+
+func (o *onReply) arm(mark string, fn func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mark, o.fn = []byte(mark), fn
+}
+
+// fired reports whether the function armed last has run.
+func (o *onReply) fired() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fn == nil
+}
+
+func (o *onReply) option() Option {
+	return WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil || addr != o.addr {
+			return c, err
+		}
+		return &onReplyConn{Conn: c, o: o}, nil
+	})
+}
+
+// hasReply reports whether one of the lines of b is the reply mark (a
+// meta reply's code, with its flags or none).
+func hasReply(b, mark []byte) bool {
+	for line := range bytes.Lines(b) {
+		line = bytes.TrimRight(line, "\r\n")
+		if bytes.Equal(line, mark) || bytes.HasPrefix(line, append(mark, ' ')) {
+			return true
+		}
+	}
+	return false
+}
+
+type onReplyConn struct {
+	net.Conn
+	o *onReply
+}
+
+func (c *onReplyConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.o.mu.Lock()
+	var fn func()
+	if c.o.fn != nil && hasReply(b[:n], c.o.mark) {
+		fn, c.o.fn = c.o.fn, nil
+	}
+	c.o.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return n, err
+}
+
+// TestReadRacingAMove: a key that moved misses at its new server, and
+// before the handoff reads the server it was at, a copy (another client's
+// mover) takes it from there to the new server and deletes it where it
+// was. The read must find it at the new server: it missed before (e2e
+// TestClientSharedServers on a loaded machine, 27 of 20,000 keys), for a
+// Get, a GetMulti, and an Increment alike.
+func TestReadRacingAMove(t *testing.T) {
+	ms := startMemcached(t, 3)
+	o := &onReply{addr: ms[2].addr}
+	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}))
+	var keys []string
+	for i := range 300 {
+		keys = append(keys, fmt.Sprint("r", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("7")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the change", func() bool { return len(c.rt.Load().past) == 1 })
+	var moving []string
+	for _, k := range keys {
+		if a, _ := ss.PickServer(k); a.String() == ms[2].addr {
+			moving = append(moving, k)
+		}
+	}
+	require.GreaterOrEqual(t, len(moving), 3)
+	// move copies k from the server it was at to its new one, and deletes
+	// it there, as a mover does.
+	move := func(k string) func() {
+		return func() {
+			for _, m := range ms[:2] {
+				it, err := direct(m.addr).Get(k)
+				if err != nil {
+					continue
+				}
+				if err := direct(ms[2].addr).Set(it); err != nil {
+					t.Errorf("copy of %s: %v", k, err)
+				}
+				if err := direct(m.addr).Delete(k); err != nil {
+					t.Errorf("delete of %s at %s: %v", k, m.addr, err)
+				}
+				return
+			}
+			t.Errorf("%s is at neither old server", k)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		mark string // the reply of the miss at the new server (a batch's: its end, mn's)
+		op   func(k string) (string, error)
+	}{
+		{"Get", "EN", func(k string) (string, error) {
+			it, err := c.Get(k)
+			if err != nil {
+				return "", err
+			}
+			return string(it.Value), nil
+		}},
+		{"GetMulti", "MN", func(k string) (string, error) {
+			its, err := c.GetMulti([]string{k})
+			if err != nil {
+				return "", err
+			}
+			if its[k] == nil {
+				return "", memcache.ErrCacheMiss
+			}
+			return string(its[k].Value), nil
+		}},
+		{"Increment", "NF", func(k string) (string, error) {
+			n, err := c.Increment(k, 1)
+			return fmt.Sprint(n), err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := moving[0]
+			moving = moving[1:]
+			o.arm(tc.mark, move(k))
+			v, err := tc.op(k)
+			require.True(t, o.fired(), "the move ran between the read at the key's server and the handoff")
+			require.NoError(t, err, "%s of %s, which moved to its server while the read looked where it was", tc.name, k)
+			if tc.name == "Increment" {
+				require.Equal(t, "8", v)
+			} else {
+				require.Equal(t, "7", v)
+			}
+			it, err := direct(ms[2].addr).Get(k)
+			require.NoError(t, err)
+			require.Equal(t, v, string(it.Value), "at its server")
+		})
+	}
+}
