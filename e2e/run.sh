@@ -132,5 +132,13 @@ netns "${run[@]}" "$@" 2>&1 | tee .bin/e2e.log || rc=$?
 # never says "0 failed".
 failed=$(grep -c -- '--- FAIL' .bin/e2e.log || true)
 if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then failed="the test binary exited $rc: 1 or more"; fi
+# A failing test prints the control plane's logs after its assertions, and
+# a CI excerpt of the output's end shows only those: the assertions' own
+# lines (testify's blocks, and the file:line that heads each) and the FAIL
+# lines come again last.
+if [ "$failed" != 0 ]; then
+	echo "e2e: the failures again, without the control plane's logs:"
+	grep -E -- '^ +[A-Za-z0-9_]+_test\.go:[0-9]+: *$|^ +'$'\t''|--- FAIL' .bin/e2e.log | tail -n 120 || true
+fi
 echo "e2e: $(grep -c '^--- PASS' .bin/e2e.log || true) passed, $failed failed"
 exit "$rc"
