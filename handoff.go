@@ -309,6 +309,16 @@ func (c *Client) copyTo(s, p *server, it *memcache.Item, st *copyState, cause ha
 		c.reportHandoff(p, s, cause, handoffUndone)
 		return nil, false
 	}
+	if c.rt.Load().owner(h) != s {
+		// The routing sent the key elsewhere while the copy ran (the
+		// server s stood in for came back): read no more at s, the copy
+		// would stay there, under no floor if a later gain of s fell
+		// back on an older one (see fallBack), and be served when s
+		// stands in again. It is undone; p keeps the key.
+		s.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
+		c.reportHandoff(p, s, cause, handoffUndone)
+		return c.unlessOvertaken(st, it), false
+	}
 	p.call(func(w wire) error { return w.Delete(c.ctx, it.Key) })
 	c.reportHandoff(p, s, cause, handoffCopied)
 	if cause == handoffMove {

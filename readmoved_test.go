@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
@@ -15,18 +16,42 @@ import (
 // onReply is a dialer for tests that runs a function once, when armed,
 // right after a connection to addr reads the reply mark (EN: a miss): the
 // request has its answer, and the function changes the servers before the
-// Client acts on it.
+// Client acts on it. Armed with armWrite, it runs the function before a
+// request that starts with mark is written instead, on the goroutine that
+// writes it, so that the connection's replies are still read meanwhile.
 type onReply struct {
-	addr string
-	mu   sync.Mutex
-	mark []byte
-	fn   func()
+	addr  string
+	mu    sync.Mutex
+	mark  []byte
+	write bool
+	fn    func()
 }
 
 func (o *onReply) arm(mark string, fn func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.mark, o.fn = []byte(mark), fn
+	o.mark, o.write, o.fn = []byte(mark), false, fn
+}
+
+func (o *onReply) armWrite(mark string, fn func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mark, o.write, o.fn = []byte(mark), true, fn
+}
+
+// take returns the function armed, and disarms it, if b matches.
+func (o *onReply) take(b []byte, write bool) func() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fn == nil || o.write != write {
+		return nil
+	}
+	if write && !bytes.HasPrefix(b, o.mark) || !write && !hasReply(b, o.mark) {
+		return nil
+	}
+	fn := o.fn
+	o.fn = nil
+	return fn
 }
 
 // fired reports whether the function armed last has run.
@@ -66,16 +91,17 @@ type onReplyConn struct {
 
 func (c *onReplyConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	c.o.mu.Lock()
-	var fn func()
-	if c.o.fn != nil && hasReply(b[:n], c.o.mark) {
-		fn, c.o.fn = c.o.fn, nil
-	}
-	c.o.mu.Unlock()
-	if fn != nil {
+	if fn := c.o.take(b[:n], false); fn != nil {
 		fn()
 	}
 	return n, err
+}
+
+func (c *onReplyConn) Write(b []byte) (int, error) {
+	if fn := c.o.take(b, true); fn != nil {
+		fn()
+	}
+	return c.Conn.Write(b)
 }
 
 // TestReadRacingAMove: a key that moved misses at its new server, and
@@ -87,7 +113,7 @@ func (c *onReplyConn) Read(b []byte) (int, error) {
 func TestReadRacingAMove(t *testing.T) {
 	ms := startMemcached(t, 3)
 	o := &onReply{addr: ms[2].addr}
-	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}))
+	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}), WithTimeout(2*time.Second))
 	var keys []string
 	for i := range 300 {
 		keys = append(keys, fmt.Sprint("r", i))
@@ -166,4 +192,52 @@ func TestReadRacingAMove(t *testing.T) {
 			require.Equal(t, v, string(it.Value), "at its server")
 		})
 	}
+}
+
+// TestCopyLandsAfterTheKeyMovedOn: a read's handoff copies a key to its
+// new server, and the routing sends the key back where it was before the
+// copy fills its placeholder (a stand-in whose server came back, or a
+// change undone). No read goes to the new server for the key now: its copy
+// would stay there, under no floor if a later gain of that server fell
+// back on an older one, and could be served when the server gains the key
+// again (histcheck two-out on 1.6.45 under load, traced: a stand-in served
+// a read's copy after its server's kill). The copy is undone, and the
+// server it was read from keeps the key.
+func TestCopyLandsAfterTheKeyMovedOn(t *testing.T) {
+	ms := startMemcached(t, 3)
+	o := &onReply{addr: ms[2].addr}
+	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}), WithTimeout(2*time.Second))
+	var keys []string
+	for i := range 300 {
+		keys = append(keys, fmt.Sprint("b", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v")}))
+	}
+	before := c.rt.Load()
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the client to see the change", func() bool { return len(c.rt.Load().past) == 1 })
+	var k string
+	for _, key := range keys {
+		if a, _ := ss.PickServer(key); a.String() == ms[2].addr {
+			k = key
+			break
+		}
+	}
+	require.NotEmpty(t, k)
+	h := c.hash(k)
+	from := before.owner(h).addr.str
+	// Before the copy fills its placeholder (a compare-and-swap, ms), the
+	// key moves back.
+	o.armWrite("ms "+k+" ", func() {
+		require.NoError(t, ss.SetServers(addrsOf(ms[:2])...))
+		eventually(t, "the client to route the key back", func() bool { return c.rt.Load().owner(h).addr.str == from })
+	})
+	it, err := c.Get(k)
+	require.True(t, o.fired(), "the key moved back while the copy ran")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(it.Value))
+	_, err = direct(ms[2].addr).Get(k)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "the copy at the server the key left was undone")
+	it, err = direct(from).Get(k)
+	require.NoError(t, err, "the server the key is at again keeps it")
+	require.Equal(t, "v", string(it.Value))
 }
