@@ -428,10 +428,18 @@ func TestClientMovesManyClients(t *testing.T) {
 	report(t, "### Client: moves, %d clients\n\n%d Clients, each with its own ServerList, see a scale-up from %d to %d pods holding %d keys: %d keys changed owner, and were copied %d times in all, by %d of the clients (%d keys left).\n\n",
 		clients, clients, mvPods, mvPods+1, keys, moving, copies, movers, total.Left)
 	// A copy whose reply was lost is found at the owner by the next
-	// listing's move (present): it was made once all the same.
-	assert.Equal(t, moving, total.Moved, "each key that changed owner moved")
-	assert.Equal(t, moving, copies+present, "each key that changed owner copied once, by all the clients together")
-	assert.Equal(t, mvPods, total.Sources, "one client listed each old pod")
+	// listing's move (present): it was made once all the same. So is a
+	// key that a client which took over an expired claim (its holder's
+	// renewals timed out, on a loaded machine) finds at its owner, copied
+	// by the holder; and a client that waited on a claim lists the server
+	// again, finding nothing, once the claim's mark of a finished server
+	// expired. On an idle machine: 3 servers listed, each key copied once,
+	// none present.
+	assert.GreaterOrEqual(t, total.Moved, moving, "each key that changed owner moved")
+	assert.LessOrEqual(t, copies, moving, "no key copied twice, by all the clients together")
+	assert.GreaterOrEqual(t, copies+present, moving, "each key that changed owner copied")
+	assert.GreaterOrEqual(t, total.Sources, mvPods, "each old pod listed")
+	assert.LessOrEqual(t, total.Sources, 2*mvPods, "each old pod listed by one client, and by one more at most (a claim taken over)")
 	direct := map[string]*memcache.Client{}
 	for i := range keys {
 		if i%7 != 0 {
