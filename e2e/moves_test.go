@@ -226,7 +226,8 @@ func itemsAt(t *testing.T, addrs []string) int {
 }
 
 // waitMovesDone waits until the movers of cs are done (MoveStats: none
-// Busy, none Pending) and have moved nothing for mvSettle. A quiet spell
+// Busy; keys Pending then are left, not tried again) and have moved
+// nothing for mvSettle. A quiet spell
 // alone is not the end: a client whose claim of a server failed (a timeout
 // under load) tries again after the claim's expiration, and 1,616 keys
 // moved after the test had counted (TestClientMovesManyClients on a loaded
@@ -248,7 +249,7 @@ func waitMovesDone(t *testing.T, cs ...*selector.Client) {
 	}
 	last, since := totals(), time.Now()
 	deadline := time.Now().Add(5 * time.Minute)
-	for time.Since(since) < mvSettle || last.Busy || last.Pending > 0 {
+	for time.Since(since) < mvSettle || last.Busy {
 		require.True(t, time.Now().Before(deadline), "moves still running after 5 minutes: %+v", last)
 		time.Sleep(100 * time.Millisecond)
 		if now := totals(); now != last {
