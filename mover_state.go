@@ -21,9 +21,9 @@ type MoveStats struct {
 	Took    time.Duration // the time spent listing and moving, summed over the servers
 
 	// Now, not totals: what this client has still to do for the servers
-	// it routes by: this client's moves are done when Busy is false and
-	// Pending 0 (see docs/client.md, Moves).
-	Pending int  // keys listed at servers that do not own them and not moved yet: the round's, and those left for its next try
+	// it routes by: this client's moves are done when Busy is false, and
+	// Pending is then what they left (see docs/client.md, Moves).
+	Pending int  // keys listed at servers that do not own them and not moved yet: the round's, those left for its next try, and, once Busy is false, those given up on (they move when read, or in the next change's round)
 	Busy    bool // a round is due, under way, or will try again the keys it left
 }
 
