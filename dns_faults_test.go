@@ -102,7 +102,10 @@ func TestDNSHostile(t *testing.T) {
 			rs = append(rs, aRecord(dnsSvc, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), 5))
 		}
 		f.reply(dnstest.Reply{Answers: rs, Truncate: true})
-		ss, err := startDNSList(t, "dns+"+dnsSvc+":11211", fastDNS(f, 0))
+		// A query's timeout of 2 s, not fastDNS's 100 ms: the answer over
+		// TCP is 2,000 records, which -race on a loaded machine took
+		// longer than 100 ms to read and parse, every try for 15 s.
+		ss, err := startDNSList(t, "dns+"+dnsSvc+":11211", WithDNS(DNS{Server: f.Addr(), Interval: 10 * time.Millisecond, Timeout: 2 * time.Second}))
 		require.NoError(t, err)
 		assert.Len(t, ss.Servers(), 2000)
 	})

@@ -238,7 +238,10 @@ func TestClientHashingModes(t *testing.T) {
 			ss := new(ServerList)
 			require.NoError(t, ss.SetHashing(h))
 			require.NoError(t, ss.SetServers(addrsOf(ms)...))
-			c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(300*time.Millisecond))
+			// A timeout of 2 s, not 300 ms: a handoff's reads and copy under
+			// -race on a loaded machine timed out (the kill below is
+			// refused connections, seen at once).
+			c, err := NewClientFromList(ss, WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(2*time.Second))
 			require.NoError(t, err)
 			defer c.Close()
 			owner := map[string]string{}
