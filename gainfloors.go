@@ -68,15 +68,7 @@ func (c *Client) awaitGain(ctx context.Context, s *server, h uint64) error {
 // pending returns s's gain of the slot of hash h if its floor is not
 // known yet, or nil.
 func (g *gains) pending(s *server, h uint64) *gain {
-	p := g.events.Load()
-	if p == nil {
-		return nil
-	}
-	idx := g.slots[slotOf(h)].Load()
-	if idx == 0 || int(idx) >= len(*p) {
-		return nil
-	}
-	if e := (*p)[idx]; e.s == s && e.floor.Load() == math.MaxUint64 {
+	if e, moved := g.last(h); moved && e.s == s && e.floor.Load() == math.MaxUint64 {
 		return e
 	}
 	return nil

@@ -263,15 +263,11 @@ func (g *gains) compact(evs []*gain, kept []past) []*gain {
 // start of its latest time as the slot's owner, or later: a value there
 // from before it predates a time the slot was elsewhere.
 func (g *gains) of(s *server, h uint64, pastRings []past) *gain {
-	p := g.events.Load()
-	if p == nil {
-		return nil
-	}
-	idx := g.slots[slotOf(h)].Load()
-	if idx == 0 || int(idx) >= len(*p) {
+	e, moved := g.last(h)
+	if !moved {
 		return nil // the slot never moved: no past ring has a gain of it
 	}
-	if e := (*p)[idx]; e.s == s {
+	if e.s == s {
 		return e
 	}
 	// The last change's runs are its past ring's too, once the routing it
@@ -288,6 +284,20 @@ func (g *gains) of(s *server, h uint64, pastRings []past) *gain {
 		}
 	}
 	return nil
+}
+
+// last returns the last gain of the slot of hash h, and whether the slot
+// ever moved (else there is none).
+func (g *gains) last(h uint64) (*gain, bool) {
+	p := g.events.Load()
+	if p == nil {
+		return nil, false
+	}
+	idx := g.slots[slotOf(h)].Load()
+	if idx == 0 || int(idx) >= len(*p) {
+		return nil, false
+	}
+	return (*p)[idx], true
 }
 
 // runOf returns the gain of slot in runs, or nil.
