@@ -104,21 +104,21 @@ func (c *onReplyConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// TestReadRacingAMove: a key that moved misses at its new server, and
-// before the handoff reads the server it was at, a copy (another client's
-// mover) takes it from there to the new server and deletes it where it
-// was. The read must find it at the new server: it missed before (e2e
-// TestClientSharedServers on a loaded machine, 27 of 20,000 keys), for a
-// Get, a GetMulti, and an Increment alike.
-func TestReadRacingAMove(t *testing.T) {
+// thirdAdded starts 3 memcached, a Client (with an onReply dialer to the
+// third, and no mover) over the first two, which sets 300 keys to value,
+// then adds the third. It returns the keys that move to the third, and the
+// routing from before the change.
+func thirdAdded(t *testing.T, value string) ([]*memcached, *onReply, *Client, *ServerList, []string, *routing) {
+	t.Helper()
 	ms := startMemcached(t, 3)
 	o := &onReply{addr: ms[2].addr}
 	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}), WithTimeout(2*time.Second))
 	var keys []string
 	for i := range 300 {
-		keys = append(keys, fmt.Sprint("r", i))
-		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("7")}))
+		keys = append(keys, fmt.Sprint("k", i))
+		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte(value)}))
 	}
+	before := c.rt.Load()
 	require.NoError(t, ss.SetServers(addrsOf(ms)...))
 	eventually(t, "the client to see the change", func() bool { return len(c.rt.Load().past) == 1 })
 	var moving []string
@@ -128,6 +128,17 @@ func TestReadRacingAMove(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(moving), 3)
+	return ms, o, c, ss, moving, before
+}
+
+// TestReadRacingAMove: a key that moved misses at its new server, and
+// before the handoff reads the server it was at, a copy (another client's
+// mover) takes it from there to the new server and deletes it where it
+// was. The read must find it at the new server: it missed before (e2e
+// TestClientSharedServers on a loaded machine, 27 of 20,000 keys), for a
+// Get, a GetMulti, and an Increment alike.
+func TestReadRacingAMove(t *testing.T) {
+	ms, o, c, _, moving, _ := thirdAdded(t, "7")
 	// move copies k from the server it was at to its new one, and deletes
 	// it there, as a mover does.
 	move := func(k string) func() {
@@ -204,25 +215,8 @@ func TestReadRacingAMove(t *testing.T) {
 // a read's copy after its server's kill). The copy is undone, and the
 // server it was read from keeps the key.
 func TestCopyLandsAfterTheKeyMovedOn(t *testing.T) {
-	ms := startMemcached(t, 3)
-	o := &onReply{addr: ms[2].addr}
-	c, ss := newTestClient(t, addrsOf(ms[:2]), o.option(), WithMoves(Moves{Rate: -1}), WithTimeout(2*time.Second))
-	var keys []string
-	for i := range 300 {
-		keys = append(keys, fmt.Sprint("b", i))
-		require.NoError(t, c.Set(&memcache.Item{Key: keys[i], Value: []byte("v")}))
-	}
-	before := c.rt.Load()
-	require.NoError(t, ss.SetServers(addrsOf(ms)...))
-	eventually(t, "the client to see the change", func() bool { return len(c.rt.Load().past) == 1 })
-	var k string
-	for _, key := range keys {
-		if a, _ := ss.PickServer(key); a.String() == ms[2].addr {
-			k = key
-			break
-		}
-	}
-	require.NotEmpty(t, k)
+	ms, o, c, ss, moving, before := thirdAdded(t, "v")
+	k := moving[0]
 	h := c.hash(k)
 	from := before.owner(h).addr.str
 	// Before the copy fills its placeholder (a compare-and-swap, ms), the
