@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: test unit release-test test-deps e2e demo bench bench-deps bench-e2e vet histcheck histcheck-long histcheck-report
+.PHONY: test unit release-test test-deps e2e demo bench bench-deps bench-e2e bench-moves vet histcheck histcheck-long histcheck-report
 
 test: unit release-test e2e
 
@@ -91,6 +91,14 @@ histcheck-report: SHELL := /bin/bash
 histcheck-report: test-deps
 	-$(MAKE) histcheck-long
 	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out,histcheck-long-newest.out -o BENCHMARKS.md
+
+# bench-moves runs the e2e moves at scale with pods of 1,000,000 keys
+# (about half an hour) and rewrites that scenario of BENCHMARKS.md's e2e
+# section alone (make bench-e2e runs it with the rest).
+bench-moves:
+	rm -f bench-moves.md
+	E2E_MOVES_PER_POD=1000000 E2E_TIMEOUT=40m bash e2e/run.sh -test.run '^TestClientMovesAtScale$$' -e2e.report $(CURDIR)/bench-moves.md
+	$(GO) run ./internal/benchreport -section e2e -e2e bench-moves.md -o BENCHMARKS.md
 
 vet:
 	$(GO) mod download

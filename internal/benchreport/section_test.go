@@ -21,3 +21,29 @@ func TestReplaceSection(t *testing.T) {
 		})
 	}
 }
+
+func TestReplaceScenarios(t *testing.T) {
+	doc := "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nold a\n\n### B\n\nold b\n\n## History\n\nh\n"
+	for _, tc := range []struct {
+		name, e2e, want string
+	}{
+		{"one replaced", "### B\n\nnew b\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nold a\n\n### B\n\nnew b\n\n## History\n\nh\n"},
+		{"first replaced", "### A\n\nnew a\n\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nnew a\n\n### B\n\nold b\n\n## History\n\nh\n"},
+		{"one added", "### C\n\nc\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nold a\n\n### B\n\nold b\n\n### C\n\nc\n\n## History\n\nh\n"},
+		{"both kinds", "### A\n\nnew a\n\n### C\n\nc\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nnew a\n\n### B\n\nold b\n\n### C\n\nc\n\n## History\n\nh\n"},
+		{"a heading that only starts the same", "### B 2\n\nb2\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nold a\n\n### B\n\nold b\n\n### B 2\n\nb2\n\n## History\n\nh\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := replaceScenarios([]byte(doc), []byte(tc.e2e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("got\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+	if _, err := replaceScenarios([]byte("# R\n\n## History\n"), []byte("### A\n")); err == nil {
+		t.Error("a report without the e2e section: no error")
+	}
+}
