@@ -92,11 +92,16 @@ histcheck-report: test-deps
 	-$(MAKE) histcheck-long
 	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out,histcheck-long-newest.out -o BENCHMARKS.md
 
-# bench-moves runs the e2e moves at scale with pods of 1,000,000 keys
-# (about half an hour) and rewrites that scenario of BENCHMARKS.md's e2e
-# section alone (make bench-e2e runs it with the rest).
-bench-moves:
-	rm -f bench-moves.md
+# bench-moves runs BenchmarkMoves and the e2e moves at scale with pods of
+# 1,000,000 keys (about half an hour), and rewrites their sections of
+# BENCHMARKS.md alone (make bench and make bench-e2e run them with the
+# rest).
+bench-moves: SHELL := /bin/bash
+bench-moves: .SHELLFLAGS := -o pipefail -c
+bench-moves: test-deps
+	rm -f bench-moves.md bench-moves.out
+	$(GO) test -run '^$$' -bench '^BenchmarkMoves$$' -benchtime $(MOVES_TIME) -timeout 60m . | tee bench-moves.out
+	$(GO) run ./internal/benchreport -section moves -moves bench-moves.out -o BENCHMARKS.md
 	E2E_MOVES_PER_POD=1000000 E2E_TIMEOUT=40m bash e2e/run.sh -test.run '^TestClientMovesAtScale$$' -e2e.report $(CURDIR)/bench-moves.md
 	$(GO) run ./internal/benchreport -section e2e -e2e bench-moves.md -o BENCHMARKS.md
 
@@ -123,7 +128,8 @@ demo:
 # Client at its best (MaxIdleConns 64) and default configurations, 1 and 64
 # goroutines over 3 memcached (BenchmarkClientVsGomemcache, at the machine's
 # GOMAXPROCS), then the ring's routing-quality figures (TestQualityMeasure
-# -quality-json), from which and the benchmark output internal/benchreport
+# -quality-json), the leases' (TestLeaseMeasure) and the mover's against a
+# plain pipelined copy (BenchmarkMoves), from which and the benchmark output internal/benchreport
 # writes BENCHMARKS.md, then prints it, and last the PASS or MISS of each of
 # the Client-against-gomemcache goals (bench-goals.out).
 # BENCH_COUNT rounds each run every benchmark once, so that ours and
@@ -136,6 +142,8 @@ demo:
 # measured and why.
 BENCH_COUNT ?= 6
 BENCH_TIME ?= 300ms
+# MOVES_TIME: scale-ups a case of BenchmarkMoves (each its own memcached).
+MOVES_TIME ?= 3x
 BENCHSTAT ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 BENCH_FLAGS = -test.run '^$$' -test.benchmem -test.count 1 -test.benchtime $(BENCH_TIME)
 
@@ -145,7 +153,7 @@ bench: bench-deps
 	cat /proc/loadavg > bench-loadavg.out
 	$(GO) test -c -o bench.test .
 	$(GO) test -c -o proxybench.test ./internal/proxybench
-	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-client.out bench-goals.out bench-quality.out bench-leases.out
+	rm -f bench-pick.out bench-rebuild.out bench-proxy.out bench-client.out bench-goals.out bench-quality.out bench-leases.out bench-moves.out
 	for round in $$(seq $(BENCH_COUNT)); do \
 		echo "round $$round of $(BENCH_COUNT)"; \
 		./bench.test $(BENCH_FLAGS) -test.cpu 1 -test.bench '^BenchmarkPickServer$$' | tee -a bench-pick.out && \
@@ -156,6 +164,7 @@ bench: bench-deps
 	done
 	./bench.test -test.run '^TestQualityMeasure$$' -test.count 1 -test.timeout 30m -test.v -quality-json bench-quality.out
 	./bench.test -test.run '^TestLeaseMeasure$$' -test.count 1 -test.timeout 10m -test.v -lease.measure -lease.json bench-leases.out
+	./bench.test -test.run '^$$' -test.bench '^BenchmarkMoves$$' -test.benchtime $(MOVES_TIME) | tee bench-moves.out
 	rm -f bench.test proxybench.test
 	@rm -f benchstat.out; \
 	if { $(GO) run $(BENCHSTAT) -col /impl -filter '.unit:sec/op' bench-pick.out && $(GO) run $(BENCHSTAT) bench-rebuild.out && \
@@ -164,7 +173,7 @@ bench: bench-deps
 	then mv benchstat.tmp benchstat.out; \
 	else rm -f benchstat.tmp; echo "benchstat is unavailable (benchstat-err.out); the report computes its own medians"; fi
 	$(GO) run ./internal/benchreport -o BENCHMARKS.md -quality bench-quality.out \
-		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out,histcheck-long-newest.out -leases bench-leases.out \
+		-bench bench-pick.out,bench-rebuild.out -proxy bench-proxy.out -client bench-client.out -benchstat benchstat.out -loadavg bench-loadavg.out -histcheck histcheck-long.out,histcheck-long-newest.out -leases bench-leases.out -moves bench-moves.out \
 		-e2e bench-e2e.md -command "make bench BENCH_COUNT=$(BENCH_COUNT) BENCH_TIME=$(BENCH_TIME)" >bench-goals.out
 	@cat BENCHMARKS.md
 	@echo; echo "The Client against gomemcache (BenchmarkClientVsGomemcache; BENCHMARKS.md has the tables):"; cat bench-goals.out

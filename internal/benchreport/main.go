@@ -37,11 +37,12 @@ var (
 	clientFile    = flag.String("client", "", "go test -bench output `file` of internal/proxybench's BenchmarkClientVsGomemcache to summarize; its goals are also printed on stdout")
 	benchstatFile = flag.String("benchstat", "", "benchstat output `file` to append, if it exists")
 	loadFile      = flag.String("loadavg", "", "a copy of /proc/loadavg taken before the benchmarks, for the header, if it exists")
+	movesFile     = flag.String("moves", "", "go test -bench output `file` of BenchmarkMoves to summarize, if it exists")
 	e2eFile       = flag.String("e2e", "", "Markdown `file` of figures from the e2e suite (make bench-e2e) to include, if it exists")
 	histFile      = flag.String("histcheck", "", "output `files` of make histcheck-long to summarize (comma-separated, one a memcached version), if the first exists")
 	leasesFile    = flag.String("leases", "", "the JSON `file` that TestLeaseMeasure wrote with -lease.json, if it exists")
 	command       = flag.String("command", "make bench", "the `command` that produced the report, for its header")
-	section       = flag.String("section", "", "rewrite only this `section` of the report (-o) in place, from its input: histcheck (-histcheck); the others stay as the run that made them left them")
+	section       = flag.String("section", "", "rewrite only this `section` of the report (-o) in place, from its input: histcheck (-histcheck), moves (-moves; and its goals), e2e (-e2e: its scenarios); the others stay as the run that made them left them")
 )
 
 func main() {
@@ -95,6 +96,14 @@ func run() error {
 		for _, g := range g {
 			fmt.Printf("%s  %s: %s\n", passMiss(g.pass), g.goal, g.measured)
 		}
+	}
+
+	if exists(*movesFile) {
+		g, err := movesSection(&body, *movesFile)
+		if err != nil {
+			return err
+		}
+		goals = append(goals, g...)
 	}
 
 	fmt.Fprintf(&body, "## Routing quality\n\n")

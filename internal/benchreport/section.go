@@ -27,6 +27,20 @@ func rewriteSection(path, name string) error {
 			return err
 		}
 		doc = replaceSection(doc, sec.Bytes())
+	case "moves":
+		if *movesFile == "" {
+			return fmt.Errorf("-section moves needs -moves, the output of BenchmarkMoves")
+		}
+		gs, err := movesSection(&sec, *movesFile)
+		if err != nil {
+			return err
+		}
+		if start, _ := sectionBounds(doc, []byte("## Moves\n")); start < 0 {
+			doc = insertBefore(doc, []byte("## Routing quality\n"), sec.Bytes())
+		} else {
+			doc = replaceSection(doc, sec.Bytes())
+		}
+		doc = replaceGoals(doc, gs)
 	case "e2e":
 		b, err := os.ReadFile(*e2eFile)
 		if err != nil {
@@ -36,7 +50,7 @@ func rewriteSection(path, name string) error {
 			return err
 		}
 	default:
-		return fmt.Errorf("-section %q: the sections that can be rewritten alone are: histcheck, e2e", name)
+		return fmt.Errorf("-section %q: the sections that can be rewritten alone are: histcheck, moves, e2e", name)
 	}
 	return os.WriteFile(path, doc, 0o644)
 }
@@ -67,6 +81,18 @@ func replaceScenarios(doc, e2e []byte) ([]byte, error) {
 	out := append([]byte(nil), doc[:start]...)
 	out = append(out, part...)
 	return append(out, doc[end:]...), nil
+}
+
+// insertBefore returns doc with sec before the section that heading
+// heads, or at its end if it has none.
+func insertBefore(doc, heading, sec []byte) []byte {
+	start, _ := sectionBounds(doc, heading)
+	if start < 0 {
+		return replaceSection(doc, sec)
+	}
+	out := append([]byte(nil), doc[:start]...)
+	out = append(out, sec...)
+	return append(out, doc[start:]...)
 }
 
 // replaceSection returns doc with the level-2 section that sec's first
