@@ -81,8 +81,12 @@ func movesSection(w *bytes.Buffer, path string) ([]goal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(w, "## Moves\n\n")
-	fmt.Fprintf(w, "From BenchmarkMoves (mover_bench_test.go), run by `make bench` and `make bench-moves`: one Client moves the keys that change owner in a scale-up from 2 to 3 memcached of 1 GB (100,000 keys of 32 B or 1 KB, 20,000 of 16 KB; a third move). plain is the floor, a plain pipelined copy of the same keys between the same servers in the same run (list; read 128 keys pipelined; write them at their new owner; delete them at the source), with none of the mover's guarantees; NoYield is the mover unlimited, default at `Moves`' defaults. The readers are 8 goroutines reading 1,000 other keys through the same Client; their p99 during the move is against theirs just before. Medians of the runs; the mover, the readers and the three memcached share this machine's CPUs.\n\n")
+	fmt.Fprintf(w, "From BenchmarkMoves (mover_bench_test.go) on %s, run by `make bench` and `make bench-moves`: one Client moves the keys that change owner in a scale-up from 2 to 3 memcached of 1 GB (100,000 keys of 32 B or 1 KB, 20,000 of 16 KB; a third move). plain is the floor, a plain pipelined copy of the same keys between the same servers in the same run (list; read 128 keys pipelined; write them at their new owner; delete them at the source), with none of the mover's guarantees; NoYield is the mover unlimited, default at `Moves`' defaults. The readers are 8 goroutines reading 1,000 other keys through the same Client; their p99 during the move is against theirs just before. Medians of the runs; the mover, the readers and the three memcached share this machine's CPUs.\n\n", fi.ModTime().UTC().Format("2006-01-02 15:04 MST"))
 	var rows [][]string
 	for _, s := range movesSizes {
 		if mv[s.name] == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"time"
 )
 
 // rewriteSection replaces one section of the report at path with a new
@@ -46,7 +47,8 @@ func rewriteSection(path, name string) error {
 		if err != nil {
 			return fmt.Errorf("-section e2e needs -e2e, the report of the e2e scenarios run (e2e/run.sh -e2e.report): %w", err)
 		}
-		if doc, err = replaceScenarios(doc, b); err != nil {
+		from := fmt.Sprintf("(From `%s` on %s, apart from the rest of this section.)", *command, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		if doc, err = replaceScenarios(doc, b, from); err != nil {
 			return err
 		}
 	default:
@@ -59,9 +61,9 @@ func rewriteSection(path, name string) error {
 const e2eHeading = "## On a real control plane\n"
 
 // replaceScenarios returns doc with each level-3 section of e2e (a
-// scenario's figures) in place of the one of the same heading in doc's
-// e2e section, or added at that section's end.
-func replaceScenarios(doc, e2e []byte) ([]byte, error) {
+// scenario's figures), and from as its last paragraph, in place of the one
+// of the same heading in doc's e2e section, or added at that section's end.
+func replaceScenarios(doc, e2e []byte, from string) ([]byte, error) {
 	start, end := sectionBounds(doc, []byte(e2eHeading), "\n## ")
 	if start < 0 {
 		return nil, fmt.Errorf("the report has no section %q: make bench-e2e writes it first", bytes.TrimSpace([]byte(e2eHeading)))
@@ -76,6 +78,9 @@ func replaceScenarios(doc, e2e []byte) ([]byte, error) {
 			continue // what comes before the first scenario
 		}
 		sc = append(bytes.TrimRight(sc, "\n"), "\n\n"...)
+		if from != "" {
+			sc = append(append(sc, from...), "\n\n"...)
+		}
 		part = replaceHeaded(part, sc, "\n### ", "\n## ")
 	}
 	out := append([]byte(nil), doc[:start]...)

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestReplaceSection(t *testing.T) {
 	sec := "## B\n\nnew\n\n"
@@ -34,7 +37,7 @@ func TestReplaceScenarios(t *testing.T) {
 		{"a heading that only starts the same", "### B 2\n\nb2\n", "# R\n\n## On a real control plane\n\nFrom make bench-e2e.\n\n### A\n\nold a\n\n### B\n\nold b\n\n### B 2\n\nb2\n\n## History\n\nh\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := replaceScenarios([]byte(doc), []byte(tc.e2e))
+			got, err := replaceScenarios([]byte(doc), []byte(tc.e2e), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +46,11 @@ func TestReplaceScenarios(t *testing.T) {
 			}
 		})
 	}
-	if _, err := replaceScenarios([]byte("# R\n\n## History\n"), []byte("### A\n")); err == nil {
+	got, err := replaceScenarios([]byte(doc), []byte("### B\n\nnew b\n"), "(From make x.)")
+	if want := "### B\n\nnew b\n\n(From make x.)\n\n## History"; err != nil || !strings.Contains(string(got), want) {
+		t.Errorf("with a note: got %q, %v; want it to contain %q", got, err, want)
+	}
+	if _, err := replaceScenarios([]byte("# R\n\n## History\n"), []byte("### A\n"), ""); err == nil {
 		t.Error("a report without the e2e section: no error")
 	}
 }
