@@ -93,7 +93,7 @@ histcheck-report: test-deps
 	$(GO) run ./internal/benchreport -section histcheck -histcheck histcheck-long.out,histcheck-long-newest.out -o BENCHMARKS.md
 
 # bench-moves runs BenchmarkMoves and the e2e moves at scale with pods of
-# 200,000 and of 1,000,000 keys (about half an hour), and rewrites their sections of
+# 200,000 and of 1,000,000 keys (about ten minutes on the 2-core VM), and rewrites their sections of
 # BENCHMARKS.md alone (make bench and make bench-e2e run them with the
 # rest).
 bench-moves: SHELL := /bin/bash

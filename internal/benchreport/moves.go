@@ -118,8 +118,7 @@ func movesSection(w *bytes.Buffer, path string) ([]goal, error) {
 		rows = append(rows, row)
 	}
 	table(w, []string{"values", "plain copy", "mover, NoYield", "mover, default", "readers' p99 during/before: plain, NoYield, default"}, rows)
-	n := len(mv["1KB"]["max"]["keys/s"])
-	fmt.Fprintf(w, "%d run(s) of each.\n\n", n)
+	fmt.Fprintf(w, "Each figure is the median of %d benchmark line(s), each of MOVES_TIME scale-ups (-benchtime; 3 by default), whose keys/s and MB/s are over all of them and whose p99 ratio is their median.\n\n", len(mv["1KB"]["max"]["keys/s"]))
 	return mv.goals(), nil
 }
 
