@@ -110,18 +110,6 @@ func (r *Ring) update(ms []string, points int) *Ring {
 	return &Ring{ids: ms, n: len(ms), table: t, points: points}
 }
 
-// ownerWidth returns the bits an owner takes in a table of n members (see
-// slotTable).
-func ownerWidth(n int) int {
-	switch {
-	case n <= 1<<4:
-		return 4
-	case n <= 1<<8:
-		return 8
-	}
-	return 16
-}
-
 // diffMembers returns, for each of the sorted member ids old, its index in
 // the sorted ids ms (0 if it is not there: no slot the update keeps names
 // it), whether any index moved, and the ids in one and not the other.
