@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -27,43 +26,37 @@ var movesSizes = []struct {
 	goal bool
 }{{"32B", true}, {"1KB", true}, {"16KB", false}}
 
-var movesName = regexp.MustCompile(`^BenchmarkMoves/value=([^/]+)/impl=(\w+)$`)
-
-// movesResults are BenchmarkMoves' samples: value size -> impl -> unit ->
-// values (the -cpu suffix dropped: it runs at one GOMAXPROCS).
-type movesResults map[string]map[string]map[string][]float64
+// movesResults are BenchmarkMoves' samples, by benchmark name (see median).
+type movesResults benchResults
 
 func parseMoves(b []byte) (movesResults, error) {
 	res := benchResults{}
 	if err := parseBench(bytes.NewReader(b), res); err != nil {
 		return nil, err
 	}
-	mv := movesResults{}
-	for name, byProcs := range res {
-		m := movesName.FindStringSubmatch(name)
-		if m == nil {
-			continue
-		}
-		for _, units := range byProcs {
-			if mv[m[1]] == nil {
-				mv[m[1]] = map[string]map[string][]float64{}
-			}
-			if mv[m[1]][m[2]] == nil {
-				mv[m[1]][m[2]] = map[string][]float64{}
-			}
-			for u, vs := range units {
-				mv[m[1]][m[2]][u] = append(mv[m[1]][m[2]][u], vs...)
-			}
+	for name := range res {
+		if !strings.HasPrefix(name, "BenchmarkMoves/") {
+			delete(res, name)
 		}
 	}
-	if len(mv) == 0 {
+	if len(res) == 0 {
 		return nil, fmt.Errorf("no BenchmarkMoves results")
 	}
-	return mv, nil
+	return movesResults(res), nil
+}
+
+// samples returns the samples of one case of BenchmarkMoves in unit, at
+// whatever GOMAXPROCS it ran.
+func (mv movesResults) samples(size, impl, unit string) []float64 {
+	var vs []float64
+	for _, units := range mv["BenchmarkMoves/value="+size+"/impl="+impl] {
+		vs = append(vs, units[unit]...)
+	}
+	return vs
 }
 
 func (mv movesResults) median(size, impl, unit string) (float64, bool) {
-	vs := mv[size][impl][unit]
+	vs := mv.samples(size, impl, unit)
 	if len(vs) == 0 {
 		return 0, false
 	}
@@ -89,8 +82,8 @@ func movesSection(w *bytes.Buffer, path string) ([]goal, error) {
 	fmt.Fprintf(w, "From BenchmarkMoves (mover_bench_test.go) on %s, run by `make bench` and `make bench-moves`: one Client moves the keys that change owner in a scale-up from 2 to 3 memcached of 1 GB (100,000 keys of 32 B or 1 KB, 20,000 of 16 KB; a third move). plain is the floor, a plain pipelined copy of the same keys between the same servers in the same run (list; read 128 keys pipelined; write them at their new owner; delete them at the source), with none of the mover's guarantees; NoYield is the mover unlimited, default at `Moves`' defaults. The readers are 8 goroutines reading 1,000 other keys through the same Client; their p99 during the move is against theirs just before. Medians of the runs; the mover, the readers and the three memcached share this machine's CPUs.\n\n", fi.ModTime().UTC().Format("2006-01-02 15:04 MST"))
 	var rows [][]string
 	for _, s := range movesSizes {
-		if mv[s.name] == nil {
-			continue
+		if len(mv.samples(s.name, "plain", "keys/s"))+len(mv.samples(s.name, "max", "keys/s"))+len(mv.samples(s.name, "default", "keys/s")) == 0 {
+			continue // not run
 		}
 		plain, _ := mv.median(s.name, "plain", "keys/s")
 		row := []string{s.name}
@@ -118,7 +111,7 @@ func movesSection(w *bytes.Buffer, path string) ([]goal, error) {
 		rows = append(rows, row)
 	}
 	table(w, []string{"values", "plain copy", "mover, NoYield", "mover, default", "readers' p99 during/before: plain, NoYield, default"}, rows)
-	fmt.Fprintf(w, "Each figure is the median of %d benchmark line(s), each of MOVES_TIME scale-ups (-benchtime; 3 by default), whose keys/s and MB/s are over all of them and whose p99 ratio is their median.\n\n", len(mv["1KB"]["max"]["keys/s"]))
+	fmt.Fprintf(w, "Each figure is the median of %d benchmark line(s), each of MOVES_TIME scale-ups (-benchtime; 3 by default), whose keys/s and MB/s are over all of them and whose p99 ratio is their median.\n\n", len(mv.samples("1KB", "max", "keys/s")))
 	return mv.goals(), nil
 }
 

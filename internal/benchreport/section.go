@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -83,9 +84,12 @@ func replaceScenarios(doc, e2e []byte, from string) ([]byte, error) {
 		}
 		part = replaceHeaded(part, sc, "\n### ", "\n## ")
 	}
-	out := append([]byte(nil), doc[:start]...)
-	out = append(out, part...)
-	return append(out, doc[end:]...), nil
+	return splice(doc, start, end, part), nil
+}
+
+// splice returns a new slice: doc with its bytes start to end replaced by mid.
+func splice(doc []byte, start, end int, mid []byte) []byte {
+	return slices.Concat(doc[:start], mid, doc[end:])
 }
 
 // insertBefore returns doc with sec before the section that heading
@@ -95,9 +99,7 @@ func insertBefore(doc, heading, sec []byte) []byte {
 	if start < 0 {
 		return replaceSection(doc, sec)
 	}
-	out := append([]byte(nil), doc[:start]...)
-	out = append(out, sec...)
-	return append(out, doc[start:]...)
+	return splice(doc, start, start, sec)
 }
 
 // replaceSection returns doc with the level-2 section that sec's first
@@ -139,10 +141,8 @@ func replaceHeaded(doc, sec []byte, ends ...string) []byte {
 		out := bytes.Clone(bytes.TrimRight(doc, "\n")) // doc may be a part of a longer one
 		return append(append(out, "\n\n"...), sec...)
 	}
-	out := append([]byte(nil), doc[:start]...)
-	out = append(out, sec...)
 	if end < len(doc) && !bytes.HasSuffix(sec, []byte("\n\n")) {
-		out = append(out, '\n')
+		sec = append(slices.Clip(sec), '\n')
 	}
-	return append(out, doc[end:]...)
+	return splice(doc, start, end, sec)
 }
