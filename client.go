@@ -360,7 +360,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	// readers check (see routing.ownerNow), and which asks for the next
 	// refresh.
 	c.mu.Unlock()
-	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
+	gained, lost, losses, regains := c.gains.record(c.rt.Load(), rt)
 	losses = withOwed(losses, gained)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
@@ -368,6 +368,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	var wg sync.WaitGroup
 	var failed []*gain
 	wg.Go(func() { failed = c.takeFloors(gained) })
+	wg.Go(func() { c.noteRegains(c.ctx, regains) })
 	c.noteLosses(c.ctx, losses, false)
 	wg.Wait()
 	c.gains.fallBack(failed)

@@ -26,6 +26,7 @@ type clientOptions struct {
 	maxInvalidations  int           // keys a server's invalidation log holds
 	maxLogged         int           // keys all the servers' logs hold
 	departedKeep      time.Duration // how long a server that left is remembered
+	learnWait         time.Duration // how long a learned floor waits (see gains.learn)
 	pool              Pool
 	moves             Moves   // how the mover moves keys (see Moves)
 	metrics           Metrics // see WithMetrics; nil for none
@@ -40,9 +41,15 @@ const (
 	defaultStandInTTL    = 60 * time.Second
 	defaultHandoffWindow = 5 * time.Minute
 	defaultHandoffTTL    = 5 * time.Minute
-	maxExpiration        = 30 * 24 * time.Hour // memcached reads a longer one as a Unix time
-	defaultMaxIdleConns  = memcache.DefaultMaxIdleConns
-	defaultTimeout       = memcache.DefaultTimeout
+	// How long a learned floor waits for the Client to see the change it
+	// may be of (see gains.learn): longer than a Client takes to see a
+	// change another saw first, with a loaded API server. A Client started
+	// as slots come back, before any Client marked them, misses its keys of
+	// them that long.
+	defaultLearnWait    = 15 * time.Second
+	maxExpiration       = 30 * 24 * time.Hour // memcached reads a longer one as a Unix time
+	defaultMaxIdleConns = memcache.DefaultMaxIdleConns
+	defaultTimeout      = memcache.DefaultTimeout
 )
 
 func defaultClientOptions() clientOptions {
@@ -54,6 +61,7 @@ func defaultClientOptions() clientOptions {
 		maxDown:           defaultMaxOut,
 		standInTTL:        defaultStandInTTL,
 		handoffWindow:     defaultHandoffWindow,
+		learnWait:         defaultLearnWait,
 		handoffTTL:        defaultHandoffTTL,
 		maxPast:           4,
 		maxInvalidations:  10000,

@@ -68,7 +68,7 @@ func (c *Client) awaitGain(ctx context.Context, s *server, h uint64) error {
 // pending returns s's gain of the slot of hash h if its floor is not
 // known yet, or nil.
 func (g *gains) pending(s *server, h uint64) *gain {
-	if e, moved := g.last(h); moved && e.s == s && e.floor.Load() == math.MaxUint64 {
+	if e, moved := g.last(h); moved && e.s == s && e.floor.Load() == math.MaxUint64 && e.later == 0 { // one that waits is not taken (see learn)
 		return e
 	}
 	return nil

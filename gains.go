@@ -42,6 +42,7 @@ type gain struct {
 	floor   atomic.Uint64 // math.MaxUint64 until known
 	started atomic.Int64  // the process start the floor was taken in (see serverStart)
 	fallen  bool          // the floor is the record's (see fallBack); under gains.mu
+	later   uint64        // a learned floor that waits (see learn); set before it is published
 	taking  sync.Mutex    // held while the floor is taken or fallen back on (see take)
 }
 
@@ -55,14 +56,20 @@ type gainRun struct {
 // record notes the slots that old and new give to different servers. It
 // returns the gains whose floors are to be taken (see Client.takeFloors),
 // the gains those slots had in old, for old's past ring (see past.gains):
-// runs in slot order, and the slots each server of old lost, for its
-// record (see lostKey).
-func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses []loss) {
+// runs in slot order, the slots each server of old lost, for its record
+// (see lostKey), and the slots each server of new gained, for the marks of
+// the ones it owns again (see backKey).
+//
+// A slot's gain learned from a record and still waiting (see learn) is not
+// kept for the past ring: the loss it waited on is this change's, which
+// this Client sees now, and the server's values of the slot are the ones
+// to hand off and move.
+func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses, regains []loss) {
 	if old != nil && old.live != nil && old.live.alt == nil && new.live == nil {
-		return nil, nil, lostAll(old) // every server left (a replicated pool's pod; a zone)
+		return nil, nil, lostAll(old), nil // every server left (a replicated pool's pod; a zone)
 	}
 	if old == nil || old.live == nil || new.live == nil || old.live.alt != nil || new.live.alt != nil || sameServers(old, new) {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -77,10 +84,10 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	ot, nt := &old.live.keys, &new.live.keys
 	var moved []gainRun // the slots that change server, in runs, with the gain they go to
 	byServer := map[*server]uint32{}
-	byLoser := map[*server]int{}
+	byLoser, byGainer := map[*server]int{}, map[*server]int{}
 	var prevNs, prevOs *server // the last changed slot's: most slots change in long runs
 	var ev uint32
-	var k int
+	var k, kg int
 	for i := range uint64(1 << slotBits) {
 		ns, os := new.liveSrv[nt.SlotOwner(i)], old.liveSrv[ot.SlotOwner(i)]
 		if ns == os {
@@ -93,6 +100,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 		}
 		losses[k].add(slot)
 		if ns != prevNs {
+			kg = lossOf(&regains, byGainer, ns)
 			var ok bool
 			if ev, ok = byServer[ns]; !ok {
 				e := &gain{s: ns}
@@ -104,12 +112,13 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 			}
 			prevNs = ns
 		}
+		regains[kg].add(slot)
 		if n := len(moved); n > 0 && moved[n-1].hi+1 == slot && moved[n-1].e == evs[ev] {
 			moved[n-1].hi++
 		} else {
 			moved = append(moved, gainRun{lo: slot, hi: slot, e: evs[ev]})
 		}
-		if e := evs[g.slots[i].Load()]; e != nil {
+		if e := evs[g.slots[i].Load()]; e != nil && !e.waiting() {
 			if n := len(lost); n > 0 && lost[n-1].e == e && lost[n-1].hi == slot-1 {
 				lost[n-1].hi++
 			} else {
@@ -125,7 +134,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 			g.slots[i].Store(ev)
 		}
 	}
-	return added, lost, losses
+	return added, lost, losses, regains
 }
 
 // learn adds the floors of s's record of lost slots (see lostKey) to the
@@ -135,31 +144,76 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 // later. The gains are published before any slot refers to them (see
 // record). Called with the Client's refreshing held, so that rt is the
 // routing the next change is recorded from.
-func (g *gains) learn(s *server, rt *routing, rec lostRecord) {
+//
+// A floor of a slot whose return to s is not marked (see backKey) may be
+// of a loss this Client has not seen yet: another Client saw a change
+// first and wrote it, and s's values of the slot are the keys' values,
+// to be moved, not older ones. Or this Client started as the slot came
+// back, before any Client marked it. Its gain waits: none of s's values of
+// the slot is served, and none is deleted, until the change that loses the
+// slot drops it (see record), or it is given the floor (see settle). The
+// gains that wait are returned.
+func (g *gains) learn(s *server, rt *routing, rec lostRecord, back []lostRun) (waiting []*gain) {
 	if len(rec.runs) == 0 || rt == nil || rt.live == nil || rt.live.alt != nil {
-		return
+		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	evs := g.begin(rt.past)
-	byFloor := map[uint64]uint32{}
-	for _, r := range rec.runs {
-		if _, ok := byFloor[r.floor]; !ok {
-			e := &gain{s: s}
-			e.floor.Store(r.floor)
-			e.started.Store(rec.start)
-			byFloor[r.floor] = uint32(len(evs))
-			evs = append(evs, e)
-		}
+	type kind struct {
+		floor uint64
+		wait  bool
 	}
-	g.events.Store(&evs)
+	// The slots s owns, no change moved, and the record holds, by kind.
 	t := &rt.live.keys
-	for _, r := range rec.runs {
+	var own []markedRun
+	for _, r := range marked(rec.runs, back) {
 		for i := r.lo; i <= r.hi; i++ {
-			if g.slots[i].Load() == 0 && rt.liveSrv[t.SlotOwner(uint64(i))] == s {
-				g.slots[i].Store(byFloor[r.floor])
+			if g.slots[i].Load() != 0 || rt.liveSrv[t.SlotOwner(uint64(i))] != s {
+				continue
+			}
+			if n := len(own); n > 0 && own[n-1].hi+1 == i && own[n-1].floor == r.floor && own[n-1].back == r.back {
+				own[n-1].hi = i
+			} else {
+				own = append(own, markedRun{lostRun{lo: i, hi: i, floor: r.floor}, r.back})
 			}
 		}
+	}
+	byKind := map[kind]uint32{}
+	for _, r := range own {
+		k := kind{r.floor, !r.back}
+		if _, ok := byKind[k]; ok {
+			continue
+		}
+		e := &gain{s: s}
+		e.started.Store(rec.start)
+		if k.wait {
+			e.floor.Store(math.MaxUint64)
+			e.later = r.floor
+			waiting = append(waiting, e)
+		} else {
+			e.floor.Store(r.floor)
+		}
+		byKind[k] = uint32(len(evs))
+		evs = append(evs, e)
+	}
+	g.events.Store(&evs)
+	for _, r := range own {
+		for i := r.lo; i <= r.hi; i++ {
+			g.slots[i].Store(byKind[kind{r.floor, !r.back}])
+		}
+	}
+	return waiting
+}
+
+// waiting reports whether e is a learned gain that waits for its floor
+// (see learn).
+func (e *gain) waiting() bool { return e.later != 0 && e.floor.Load() == math.MaxUint64 }
+
+// settle gives each gain of ws that still waits the floor it learned.
+func settle(ws []*gain) {
+	for _, e := range ws {
+		e.floor.CompareAndSwap(math.MaxUint64, e.later)
 	}
 }
 

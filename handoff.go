@@ -79,6 +79,10 @@ func (c *Client) handoffFrom(ctx context.Context, h uint64, key string, s *serve
 			failed = true
 			continue
 		}
+		if err == nil && !c.lossesKnown(ctx, p) {
+			failed = true // whether p's value predates a loss is not known yet: a move leaves it for later
+			continue
+		}
 		if err != nil || !c.servable(ctx, p, key, h, it.CasID) {
 			missed = true
 			continue

@@ -84,6 +84,9 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 				}
 				tctx, cancel := context.WithTimeout(ctx, 2*c.cfg.conn.timeout)
 				err = c.noteLoss(tctx, l, again || len(owed) > 0)
+				if err == nil && again {
+					c.remark(tctx, l)
+				}
 				cancel()
 				if err == nil {
 					return
@@ -353,87 +356,4 @@ func (c *Client) noteLoss(ctx context.Context, l loss, again bool) error {
 		case <-time.After(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))):
 		}
 	}
-}
-
-// lossesKnown reports whether s's record of the slots it lost is known to
-// this Client, reading it if it is not (once; see learnLosses): until then
-// no value of s is served. ctx bounds the wait; the read goes on.
-func (c *Client) lossesKnown(ctx context.Context, s *server) bool {
-	if s.lossesKnown.Load() {
-		return true
-	}
-	if c.closed.Load() {
-		return false
-	}
-	c.mu.Lock()
-	ch := c.learn(s)
-	c.mu.Unlock()
-	if ch == nil { // known now
-		return true
-	}
-	select {
-	case <-ch:
-		return s.lossesKnown.Load()
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// learn starts learnLosses of s unless it runs or s's record is known,
-// and returns the channel closed when it ends, or nil if it is known. The Client's refresh starts it for each new member,
-// so that the first request there seldom waits for it. Called with c.mu
-// held.
-func (c *Client) learn(s *server) <-chan struct{} {
-	if !c.routesByRing() { // its pool's groups read and write the servers
-		s.lossesKnown.Store(true)
-	}
-	if s.learning == nil && !s.lossesKnown.Load() {
-		ch := make(chan struct{})
-		s.learning = ch
-		c.wg.Go(func() {
-			c.learnLosses(s)
-			c.mu.Lock()
-			s.learning = nil
-			c.mu.Unlock()
-			close(ch)
-		})
-	}
-	return s.learning
-}
-
-// routesByRing reports whether the Client routes keys by its own ring:
-// the records of lost slots are of that ring. A replicated or zoned pool's
-// Client routes by its groups' rings, each its own Client (one a pod, one
-// a zone): their records are theirs.
-func (c *Client) routesByRing() bool { return c.cfg.pool.kind == sharded }
-
-// learnLosses reads s's record and adds its floors to the gains of the
-// slots s owns now that this Client saw no change of (see gains.learn),
-// within twice the timeout. A record no Client of this version wrote is
-// logged and taken for none. A read that fails leaves the record unknown,
-// to be read again by the next request.
-func (c *Client) learnLosses(s *server) {
-	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
-	defer cancel()
-	var got *memcache.Item
-	err := s.call(func(w wire) (err error) { got, err = w.Get(ctx, lostKey); return })
-	var rec lostRecord
-	switch {
-	case errors.Is(err, memcache.ErrCacheMiss):
-	case err != nil:
-		return
-	default:
-		if rec, err = decodeLost(got.Value); err != nil {
-			c.log.Warn("the record of the slots a server lost cannot be read; taken for none", keyServer, s.addr.str, keyError, err)
-			rec = lostRecord{}
-		}
-	}
-	// Under refreshing, so that no change is recorded meanwhile from a
-	// routing this does not see (see gains.learn).
-	s.losses.noteFloor(rec.start, highest(rec.runs))
-	c.gains.raise(s)
-	c.refreshing.Lock()
-	c.gains.learn(s, c.rt.Load(), rec)
-	c.refreshing.Unlock()
-	s.lossesKnown.Store(true)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -128,14 +129,30 @@ func FuzzDecodeLost(f *testing.F) {
 // cleans the old values), and move back. A Client started after that saw
 // neither change: it must still serve none of the old values, which the
 // servers' records of their lost slots tell it are older than the loss.
+// The Client that saw the move back marked it there: the new one applies
+// the floors at once. Unmarked (a Client started as the slots came back,
+// before any Client marked them), the slots wait, serving nothing, and
+// then take the floors.
 func TestMoveBackSeenByANewClient(t *testing.T) {
-	for _, tc := range []struct {
+	type tcase struct {
 		name       string
 		from, away []int // the members before and while the keys are away
-	}{
-		{"scale up, then down", []int{0, 1}, []int{0, 1, 2}},
-		{"a member leaves and returns", []int{0, 1, 2}, []int{0, 1}},
-	} {
+		back       []int // the members that own again slots they lost
+		unmarked   bool
+	}
+	var cases []tcase
+	for _, unmarked := range []bool{false, true} {
+		for _, tc := range []tcase{
+			{name: "scale up, then down", from: []int{0, 1}, away: []int{0, 1, 2}, back: []int{0, 1}},
+			{name: "a member leaves and returns", from: []int{0, 1, 2}, away: []int{0, 1}, back: []int{2}},
+		} {
+			if tc.unmarked = unmarked; unmarked {
+				tc.name += ", unmarked"
+			}
+			cases = append(cases, tc)
+		}
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := startMemcached(t, 3)
 			pick := func(idx []int) []string {
@@ -161,17 +178,40 @@ func TestMoveBackSeenByANewClient(t *testing.T) {
 				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
 			}
 			change(pick(tc.from), "the client to see them move back")
-
-			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}))
-			require.NoError(t, err)
-			defer fresh.Close()
-			old := 0
-			for _, k := range keys {
-				if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
-					old++
+			for _, i := range tc.back {
+				// Marked as the Client routes them again: a member that
+				// returns is routed to once it answers.
+				eventually(t, "the return of the slots to be marked", func() bool { _, err := direct(ms[i].addr).Get(backKey); return err == nil })
+				if tc.unmarked {
+					require.NoError(t, direct(ms[i].addr).Delete(backKey))
 				}
 			}
-			require.Zero(t, old, "values from before the keys moved away, served by a client started after they moved back")
+
+			learnFast := Option(func(o *options) { o.client.learnWait = 300 * time.Millisecond })
+			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), learnFast)
+			require.NoError(t, err)
+			defer fresh.Close()
+			countOld := func() (old int) {
+				for _, k := range keys {
+					if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
+						old++
+					}
+				}
+				return old
+			}
+			require.Zero(t, countOld(), "values from before the keys moved away, served by a client started after they moved back")
+			if tc.unmarked {
+				require.Positive(t, waitingGains(fresh), "unmarked, the slots that came back wait")
+				eventually(t, "the floors to be taken after the wait", func() bool { return waitingGains(fresh) == 0 })
+				require.Zero(t, countOld(), "values from before the keys moved away, served after the wait")
+			}
+			require.Zero(t, waitingGains(fresh), "the slots that came back are marked: the new client applies their floors at once")
+			away := listOf(t, pick(tc.away)...)
+			for _, i := range tc.back {
+				e := fresh.gains.of(serverOf(fresh, ms[i].addr), fresh.hash(keyBack(t, ss, away, ms[i].addr, keys)), nil)
+				require.NotNil(t, e, "a floor applied at %s", ms[i].addr)
+				require.NotEqual(t, uint64(math.MaxUint64), e.floor.Load())
+			}
 			hits := 0
 			for _, k := range keys {
 				it, err := c.Get(k)
@@ -183,6 +223,21 @@ func TestMoveBackSeenByANewClient(t *testing.T) {
 			t.Logf("the client that saw the changes found %d of %d keys", hits, len(keys))
 		})
 	}
+}
+
+// keyBack returns the first of keys that ss routes to addr and away did
+// not.
+func keyBack(t *testing.T, ss, away *ServerList, addr string, keys []string) string {
+	t.Helper()
+	for _, k := range keys {
+		a, _ := ss.PickServer(k)
+		b, _ := away.PickServer(k)
+		if a.String() == addr && b.String() != addr {
+			return k
+		}
+	}
+	t.Fatalf("no key at %s", addr)
+	return ""
 }
 
 // TestLossesOfAChange: a change's losses are, for each server of the ring
@@ -224,8 +279,18 @@ func TestLossesOfAChange(t *testing.T) {
 	}
 	w.change(t, ids...) // the scale-down: m0 owns its slots again
 
-	var fresh gains // a Client that saw neither change
-	fresh.learn(m0, w.rt, rec)
+	var unmarked gains // a Client that saw neither change, and finds no marks
+	waiting := unmarked.learn(m0, w.rt, rec, nil)
+	require.Len(t, waiting, 1, "one floor, not marked: its gain waits")
+	h0 := uint64(rec.runs[0].lo) << (64 - slotBits)
+	require.Same(t, waiting[0], unmarked.of(m0, h0, nil))
+	require.Equal(t, uint64(math.MaxUint64), waiting[0].floor.Load(), "none of m0's values served or deleted")
+	require.Nil(t, unmarked.pending(m0, h0), "a write does not take a floor in its place")
+	settle(waiting)
+	require.Equal(t, uint64(500), waiting[0].floor.Load(), "settled: the floor learned")
+
+	var fresh gains // a Client that saw neither change, and finds the slots marked
+	require.Empty(t, fresh.learn(m0, w.rt, rec, rec.runs))
 	floored, other := 0, 0
 	for _, r := range rec.runs {
 		for i := r.lo; i <= r.hi; i++ {
@@ -249,7 +314,7 @@ func TestLossesOfAChange(t *testing.T) {
 	seen := w.g.of(m0, uint64(rec.runs[0].lo)<<(64-slotBits), w.rt.past)
 	require.NotNil(t, seen)
 	was := seen.floor.Load()
-	w.g.learn(m0, w.rt, rec)
+	w.g.learn(m0, w.rt, rec, rec.runs)
 	require.Same(t, seen, w.g.of(m0, uint64(rec.runs[0].lo)<<(64-slotBits), w.rt.past))
 	require.Equal(t, was, seen.floor.Load())
 }

@@ -324,7 +324,9 @@ func (c *Client) readSources(b *moveBatchState) {
 	for j, m := range which {
 		r := &reqs[j]
 		switch {
-		case r.Err != nil && !errors.Is(r.Err, meta.ErrMiss):
+		case r.Err != nil && !errors.Is(r.Err, meta.ErrMiss), r.Err == nil && !c.lossesKnown(c.ctx, p):
+			// Or whether p's value predates a loss is not known yet (see
+			// Client.lossesKnown): left for a later round.
 			m.undo = true
 			b.decide(m, moveFailed, false)
 		case r.Err != nil, p.meta.missed(c.ctx, m.key, r.Item), !c.servable(c.ctx, p, m.key, m.h, r.Item.CAS):

@@ -464,3 +464,81 @@ func TestPaceYields(t *testing.T) {
 		require.Eventually(t, func() bool { pc.probe(ctx, []*server{s}); return pc.delay == 0 }, 10*time.Second, time.Millisecond)
 	}
 }
+
+// A Client that learns a server's record of lost slots only after another
+// Client wrote there a loss of a change it has not seen yet (its first
+// read of the record failed; a new application pod as a memcached pod
+// scales up) must not take that loss for one from before: the server's
+// values of those slots are the keys' values, which its mover moves, not
+// older ones to delete (TestClientMovesManyClients: one server's keys
+// deleted instead of moved).
+func TestMovesAfterLearningTheirOwnChange(t *testing.T) {
+	ms := startMemcached(t, 3)
+	fast, fastList := newTestClient(t, addrsOf(ms[:2]), WithMoves(Moves{Rate: -1}))
+	late, lateList := newTestClient(t, addrsOf(ms[:2]))
+	const n = 3000
+	for i := range n {
+		require.NoError(t, late.Set(&memcache.Item{Key: fmt.Sprint("own-", i), Value: []byte("v")}))
+	}
+	for _, m := range ms[:2] { // as if its first reads of the records had failed
+		s := serverOf(late, m.addr)
+		require.Eventually(t, func() bool { late.mu.Lock(); defer late.mu.Unlock(); return s.learning == nil }, time.Minute, time.Millisecond)
+		s.lossesKnown.Store(false)
+	}
+	require.NoError(t, fastList.SetServers(addrsOf(ms)...))
+	eventually(t, "the fast client to see the scale-up", func() bool { return fast.rt.Load().base == fastList.ring.Load() })
+	for _, m := range ms[:2] {
+		it, err := direct(m.addr).Get(lostKey)
+		require.NoError(t, err, "the fast client recorded %s's loss", m.addr)
+		rec, err := decodeLost(it.Value)
+		require.NoError(t, err)
+		require.NotEmpty(t, rec.runs)
+	}
+	itemsBefore := 0
+	for _, m := range ms {
+		itemsBefore += currItems(t, m.addr)
+	}
+	missed := 0
+	for i := range n { // the late client reads its keys, learning the records, by its old ring
+		if _, err := late.Get(fmt.Sprint("own-", i)); errors.Is(err, memcache.ErrCacheMiss) {
+			missed++ // a slot that waits: not served
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, waitingGains(late), "the losses learned before the change wait")
+	itemsWindow := 0
+	for _, m := range ms {
+		itemsWindow += currItems(t, m.addr)
+	}
+	t.Logf("before the late client saw the change: %d of %d keys missed; %d items, %d before", missed, n, itemsWindow, itemsBefore)
+	require.Equal(t, itemsBefore, itemsWindow, "nothing deleted while the late client routes by its old ring")
+	require.NoError(t, lateList.SetServers(addrsOf(ms)...))
+	st := movesDone(t, late, 1)
+	found, items := 0, 0
+	for i := range n {
+		if it, err := late.Get(fmt.Sprint("own-", i)); err == nil && string(it.Value) == "v" {
+			found++
+		}
+	}
+	for _, m := range ms {
+		items += currItems(t, m.addr)
+	}
+	t.Logf("moved %d, left %d, listed %d; %d of %d keys found, %d items", st.Moved, st.Left, st.Listed, found, n, items)
+	require.Equal(t, n, found, "every key found after the late client moved them")
+	require.Equal(t, missed, st.Moved, "the keys of the slots that waited are the ones moved, each moved")
+}
+
+// waitingGains returns how many gains of c wait for their floors (see
+// gains.learn).
+func waitingGains(c *Client) int {
+	n := 0
+	if p := c.gains.events.Load(); p != nil {
+		for _, e := range *p {
+			if e != nil && e.waiting() {
+				n++
+			}
+		}
+	}
+	return n
+}
