@@ -360,6 +360,9 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	// readers check (see routing.ownerNow), and which asks for the next
 	// refresh.
 	c.mu.Unlock()
+	if old := c.rt.Load(); old != nil && !sameServers(old, rt) {
+		c.settleMarked()
+	}
 	gained, lost, losses, regains := c.gains.record(c.rt.Load(), rt)
 	losses = withOwed(losses, gained)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {

@@ -60,7 +60,8 @@ type gainRun struct {
 // (see lostKey), and the slots each server of new gained, for the marks of
 // the ones it owns again (see backKey).
 //
-// A slot's gain learned from a record and still waiting (see learn) is not
+// A slot's gain learned from a record and still waiting (see learn), of
+// which this change keeps no slot at its server (see settleKept), is not
 // kept for the past ring: the loss it waited on is this change's, which
 // this Client sees now, and the server's values of the slot are the ones
 // to hand off and move.
@@ -74,6 +75,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	evs := g.begin(new.past)
+	g.settleKept(old, new, evs)
 	// The gains, and the ones the slots had (lost), are published before
 	// any slot refers to the new ones, so that a read through the routing
 	// still in use finds each slot's gains as soon as the slot is marked: a
@@ -135,86 +137,6 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 		}
 	}
 	return added, lost, losses, regains
-}
-
-// learn adds the floors of s's record of lost slots (see lostKey) to the
-// slots that s owns in rt and that no change this Client saw moved: a
-// value of such a slot below its floor predates a time the slot was
-// elsewhere. A slot a change moved has the gain of that change, which is
-// later. The gains are published before any slot refers to them (see
-// record). Called with the Client's refreshing held, so that rt is the
-// routing the next change is recorded from.
-//
-// A floor of a slot whose return to s is not marked (see backKey) may be
-// of a loss this Client has not seen yet: another Client saw a change
-// first and wrote it, and s's values of the slot are the keys' values,
-// to be moved, not older ones. Or this Client started as the slot came
-// back, before any Client marked it. Its gain waits: none of s's values of
-// the slot is served, and none is deleted, until the change that loses the
-// slot drops it (see record), or it is given the floor (see settle). The
-// gains that wait are returned.
-func (g *gains) learn(s *server, rt *routing, rec lostRecord, back []lostRun) (waiting []*gain) {
-	if len(rec.runs) == 0 || rt == nil || rt.live == nil || rt.live.alt != nil {
-		return nil
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	evs := g.begin(rt.past)
-	type kind struct {
-		floor uint64
-		wait  bool
-	}
-	// The slots s owns, no change moved, and the record holds, by kind.
-	t := &rt.live.keys
-	var own []markedRun
-	for _, r := range marked(rec.runs, back) {
-		for i := r.lo; i <= r.hi; i++ {
-			if g.slots[i].Load() != 0 || rt.liveSrv[t.SlotOwner(uint64(i))] != s {
-				continue
-			}
-			if n := len(own); n > 0 && own[n-1].hi+1 == i && own[n-1].floor == r.floor && own[n-1].back == r.back {
-				own[n-1].hi = i
-			} else {
-				own = append(own, markedRun{lostRun{lo: i, hi: i, floor: r.floor}, r.back})
-			}
-		}
-	}
-	byKind := map[kind]uint32{}
-	for _, r := range own {
-		k := kind{r.floor, !r.back}
-		if _, ok := byKind[k]; ok {
-			continue
-		}
-		e := &gain{s: s}
-		e.started.Store(rec.start)
-		if k.wait {
-			e.floor.Store(math.MaxUint64)
-			e.later = r.floor
-			waiting = append(waiting, e)
-		} else {
-			e.floor.Store(r.floor)
-		}
-		byKind[k] = uint32(len(evs))
-		evs = append(evs, e)
-	}
-	g.events.Store(&evs)
-	for _, r := range own {
-		for i := r.lo; i <= r.hi; i++ {
-			g.slots[i].Store(byKind[kind{r.floor, !r.back}])
-		}
-	}
-	return waiting
-}
-
-// waiting reports whether e is a learned gain that waits for its floor
-// (see learn).
-func (e *gain) waiting() bool { return e.later != 0 && e.floor.Load() == math.MaxUint64 }
-
-// settle gives each gain of ws that still waits the floor it learned.
-func settle(ws []*gain) {
-	for _, e := range ws {
-		e.floor.CompareAndSwap(math.MaxUint64, e.later)
-	}
 }
 
 // lostAll returns the slots of each server of rt's live ring.

@@ -3,6 +3,9 @@ package selector
 import (
 	"context"
 	"errors"
+	"math"
+	"slices"
+	"sync"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
@@ -114,4 +117,194 @@ func (c *Client) readRecord(ctx context.Context, s *server, key string) (lostRec
 		return lostRecord{}, true
 	}
 	return rec, true
+}
+
+// settleMarked reads, as a change comes, the marks of each server whose
+// gains wait (see gains.learn), within twice the timeout, and settles
+// those marked since: a Client started as slots came back, before any
+// Client marked them, that sees them leave again within its wait keeps
+// their floors for the past ring, so that no value from before their first
+// loss is handed off or moved. A gain still not marked is of this change,
+// or of one no Client could mark: record drops it.
+func (c *Client) settleMarked() {
+	var wg sync.WaitGroup
+	for _, s := range c.gains.waitingAt() {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
+			defer cancel()
+			if marks, ok := c.readRecord(ctx, s, backKey); ok {
+				c.gains.settleMarked(s, marks)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// learn adds the floors of s's record of lost slots (see lostKey) to the
+// slots that s owns in rt and that no change this Client saw moved: a
+// value of such a slot below its floor predates a time the slot was
+// elsewhere. A slot a change moved has the gain of that change, which is
+// later. The gains are published before any slot refers to them (see
+// record). Called with the Client's refreshing held, so that rt is the
+// routing the next change is recorded from.
+//
+// A floor of a slot whose return to s is not marked (see backKey) may be
+// of a loss this Client has not seen yet: another Client saw a change
+// first and wrote it, and s's values of the slot are the keys' values,
+// to be moved, not older ones. Or this Client started as the slot came
+// back, before any Client marked it. Its gain waits: none of s's values of
+// the slot is served, and none is deleted, until the change that loses the
+// slot drops it (see record), or it is given the floor (see settle). The
+// gains that wait are returned.
+func (g *gains) learn(s *server, rt *routing, rec lostRecord, back []lostRun) (waiting []*gain) {
+	if len(rec.runs) == 0 || rt == nil || rt.live == nil || rt.live.alt != nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	evs := g.begin(rt.past)
+	type kind struct {
+		floor uint64
+		wait  bool
+	}
+	// The slots s owns, no change moved, and the record holds, by kind.
+	t := &rt.live.keys
+	var own []markedRun
+	for _, r := range marked(rec.runs, back) {
+		for i := r.lo; i <= r.hi; i++ {
+			if g.slots[i].Load() != 0 || rt.liveSrv[t.SlotOwner(uint64(i))] != s {
+				continue
+			}
+			if n := len(own); n > 0 && own[n-1].hi+1 == i && own[n-1].floor == r.floor && own[n-1].back == r.back {
+				own[n-1].hi = i
+			} else {
+				own = append(own, markedRun{lostRun{lo: i, hi: i, floor: r.floor}, r.back})
+			}
+		}
+	}
+	byKind := map[kind]uint32{}
+	for _, r := range own {
+		k := kind{r.floor, !r.back}
+		if _, ok := byKind[k]; ok {
+			continue
+		}
+		e := &gain{s: s}
+		e.started.Store(rec.start)
+		if k.wait {
+			e.floor.Store(math.MaxUint64)
+			e.later = r.floor
+			waiting = append(waiting, e)
+		} else {
+			e.floor.Store(r.floor)
+		}
+		byKind[k] = uint32(len(evs))
+		evs = append(evs, e)
+	}
+	g.events.Store(&evs)
+	for _, r := range own {
+		for i := r.lo; i <= r.hi; i++ {
+			g.slots[i].Store(byKind[kind{r.floor, !r.back}])
+		}
+	}
+	return waiting
+}
+
+// settleKept settles each gain that waits (see learn) of which new keeps
+// a slot at the same server as old: the loss it learned is not this
+// change's, which loses the slot, and a change that loses its other slots
+// keeps the floor for the past ring. One whose every slot this change
+// loses is dropped by record: the loss it learned is this change's (or a
+// loss of the same slots before, which no Client marked as past: see
+// docs/consistency.md). Called with g.mu held.
+func (g *gains) settleKept(old, new *routing, evs []*gain) {
+	var ws []*gain
+	for _, e := range evs {
+		if e != nil && e.waiting() {
+			ws = append(ws, e)
+		}
+	}
+	if len(ws) == 0 {
+		return
+	}
+	ot, nt := &old.live.keys, &new.live.keys
+	for i := range uint64(1 << slotBits) {
+		e := evs[g.slots[i].Load()]
+		if e != nil && e.waiting() && old.liveSrv[ot.SlotOwner(i)] == e.s && new.liveSrv[nt.SlotOwner(i)] == e.s {
+			settle([]*gain{e})
+		}
+	}
+}
+
+// waitingAt returns the servers of the gains that wait (see learn).
+func (g *gains) waitingAt() []*server {
+	var out []*server
+	if p := g.events.Load(); p != nil {
+		for _, e := range *p {
+			if e != nil && e.waiting() && !slices.Contains(out, e.s) {
+				out = append(out, e.s)
+			}
+		}
+	}
+	return out
+}
+
+// settleMarked gives the slots of s whose gains wait the floors they
+// learned where marks, s's marks read now, mark them: their loss was
+// followed by a return (this Client started as they came back), and a
+// change that loses them again keeps the floor for its past ring.
+func (g *gains) settleMarked(s *server, marks lostRecord) {
+	if len(marks.runs) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	evs := g.list()
+	byFloor := map[uint64]uint32{}
+	var settle []uint32 // slots, then their gains' indexes
+	for i := range g.slots {
+		e := evs[g.slots[i].Load()]
+		if e == nil || e.s != s || !e.waiting() || e.started.Load() != marks.start || floorOfSlot(marks.runs, uint32(i)) < e.later {
+			continue
+		}
+		if _, ok := byFloor[e.later]; !ok {
+			n := &gain{s: s}
+			n.started.Store(e.started.Load())
+			n.floor.Store(e.later)
+			byFloor[e.later] = uint32(len(evs))
+			evs = append(evs, n)
+		}
+		settle = append(settle, uint32(i), byFloor[e.later])
+	}
+	g.events.Store(&evs)
+	for k := 0; k < len(settle); k += 2 {
+		g.slots[settle[k]].Store(settle[k+1])
+	}
+}
+
+// floorOfSlot returns the floor of slot in runs (in slot order), or 0.
+func floorOfSlot(runs []lostRun, slot uint32) uint64 {
+	i, found := slices.BinarySearchFunc(runs, slot, func(r lostRun, s uint32) int {
+		switch {
+		case r.hi < s:
+			return -1
+		case r.lo > s:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return 0
+	}
+	return runs[i].floor
+}
+
+// waiting reports whether e is a learned gain that waits for its floor
+// (see learn).
+func (e *gain) waiting() bool { return e.later != 0 && e.floor.Load() == math.MaxUint64 }
+
+// settle gives each gain of ws that still waits the floor it learned.
+func settle(ws []*gain) {
+	for _, e := range ws {
+		e.floor.CompareAndSwap(math.MaxUint64, e.later)
+	}
 }

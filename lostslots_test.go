@@ -2,6 +2,7 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -376,4 +377,92 @@ func TestCovers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.ok, covers(have, tc.want)) })
 	}
 	require.False(t, covers(nil, []lostRun{{1, 1, 0}}), "no record")
+}
+
+// TestWaitingFloorsAtTheNextChange: a Client started as slots came back
+// to a server, before any Client marked them, lets their floors wait. If
+// the slots leave again before the wait ends, the floors are kept for the
+// past ring where they were marked meanwhile (the loss was followed by a
+// return), so that no value from before the first loss is handed off; and
+// dropped where they were not (the loss it learned is this change's).
+func TestWaitingFloorsAtTheNextChange(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		markedMeanwhile bool
+		scaleUp         bool // the next change adds a server (it keeps some of the slots), or removes it again
+		oldServed       bool
+	}{
+		{"it leaves again, marked meanwhile", true, false, false},
+		{"it leaves again, unmarked", false, false, true}, // the limit docs/consistency.md states
+		{"a scale-up, unmarked", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			markedMeanwhile := tc.markedMeanwhile
+			ms := startMemcached(t, 4)
+			spare := ms[3].addr
+			ms = ms[:3]
+			all, away := addrsOf(ms), addrsOf(ms[:2])
+			c, ss := newTestClient(t, all, WithHandoff(Handoff{Window: 100 * time.Millisecond}), WithMoves(Moves{Rate: -1}))
+			change := func(cl *Client, addrs []string, what string) {
+				require.NoError(t, ss.SetServers(addrs...))
+				eventually(t, what, func() bool {
+					rt := cl.rt.Load()
+					return rt.base == ss.ring.Load() && len(rt.liveSrv) == len(addrs)
+				})
+			}
+			keys := keysOf(t, ss, ms[2].addr, 100)
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("old")}))
+			}
+			change(c, away, "the keys to move away")
+			time.Sleep(200 * time.Millisecond) // past the handoff window
+			for _, k := range keys {
+				require.NoError(t, c.Set(&memcache.Item{Key: k, Value: []byte("new")}))
+			}
+			change(c, all, "the keys to move back")
+			eventually(t, "the return to be marked", func() bool { _, err := direct(ms[2].addr).Get(backKey); return err == nil })
+			require.NoError(t, c.Close()) // it marks no more (its second passes mark again: see remark)
+			marks, err := direct(ms[2].addr).Get(backKey)
+			require.NoError(t, err)
+			require.NoError(t, direct(ms[2].addr).Delete(backKey)) // as if the new client came before any mark
+
+			slow := Option(func(o *options) { o.client.learnWait = time.Hour })
+			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), WithHandoff(Handoff{Window: time.Minute}), slow)
+			require.NoError(t, err)
+			defer fresh.Close()
+			for _, k := range keys {
+				_, err := fresh.Get(k)
+				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s: its slot waits", k)
+			}
+			require.Positive(t, waitingGains(fresh))
+			if markedMeanwhile {
+				require.NoError(t, direct(ms[2].addr).Set(marks))
+			}
+			next := away
+			if tc.scaleUp {
+				next = append(addrsOf(ms), spare)
+			}
+			change(fresh, next, "the new client to see the keys move away again")
+			for _, k := range keys {
+				a, err := ss.PickServer(k)
+				require.NoError(t, err)
+				if err := direct(a.String()).Delete(k); !errors.Is(err, memcache.ErrCacheMiss) {
+					require.NoError(t, err) // evicted at the owner: a read hands off from ms[2]
+				}
+			}
+			old := 0
+			for _, k := range keys {
+				if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
+					old++
+				}
+			}
+			if tc.oldServed {
+				// The limit docs/consistency.md states ("A return no
+				// Client could mark").
+				require.Positive(t, old, "unmarked, and every slot lost again: the floors dropped")
+			} else {
+				require.Zero(t, old, "values from before the first loss, handed off")
+			}
+		})
+	}
 }
