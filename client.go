@@ -280,7 +280,7 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 				cc.log = c.log
 				s = newServer(m.addr, cc)
 				c.servers[m.addr.str] = s
-				c.learn(s)
+				c.learn(s, true)
 			case s.status() == gone: // it returns, maybe with values that were overwritten since
 				s.downAt, s.soft = s.left, false
 				s.left = time.Time{}

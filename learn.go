@@ -21,7 +21,7 @@ func (c *Client) lossesKnown(ctx context.Context, s *server) bool {
 		return false
 	}
 	c.mu.Lock()
-	ch := c.learn(s)
+	ch := c.learn(s, false)
 	c.mu.Unlock()
 	if ch == nil { // known now
 		return true
@@ -35,10 +35,11 @@ func (c *Client) lossesKnown(ctx context.Context, s *server) bool {
 }
 
 // learn starts learnLosses of s unless it runs or s's record is known,
-// and returns the channel closed when it ends, or nil if it is known. The Client's refresh starts it for each new member,
-// so that the first request there seldom waits for it. Called with c.mu
-// held.
-func (c *Client) learn(s *server) <-chan struct{} {
+// and returns the channel closed when it ends, or nil if it is known. The
+// Client's refresh starts it for each new member (prompt), so that the
+// first request there seldom waits for it; a request starts it again if
+// that one failed. Called with c.mu held.
+func (c *Client) learn(s *server, prompt bool) <-chan struct{} {
 	if !c.routesByRing() { // its pool's groups read and write the servers
 		s.lossesKnown.Store(true)
 	}
@@ -46,7 +47,7 @@ func (c *Client) learn(s *server) <-chan struct{} {
 		ch := make(chan struct{})
 		s.learning = ch
 		c.wg.Go(func() {
-			c.learnLosses(s)
+			c.learnLosses(s, prompt)
 			c.mu.Lock()
 			s.learning = nil
 			c.mu.Unlock()
@@ -64,11 +65,19 @@ func (c *Client) routesByRing() bool { return c.cfg.pool.kind == sharded }
 
 // learnLosses reads s's record and adds its floors to the gains of the
 // slots s owns now that this Client saw no change of (see gains.learn),
-// within twice the timeout, with the marks of the slots s owns again (see
-// backKey). A record no Client of this version wrote is logged and taken
-// for none. A read of the record that fails leaves it unknown, to be read
-// again by the next request; marks that cannot be read are taken for none.
-func (c *Client) learnLosses(s *server) {
+// within twice the timeout. A record no Client of this version wrote is
+// logged and taken for none. A read of the record that fails leaves it
+// unknown, to be read again by the next request.
+//
+// Read as s joins this Client's routing (prompt), the record's losses are
+// taken for the past: they were written before this Client's routing
+// (only a Client that starts within the moments between another's seeing
+// a change and its own could read one that is not). Read later, after
+// that read failed, a loss may be of a change this Client has not seen
+// yet: the floors apply where s's marks of the slots it owns again (see
+// backKey) say the loss is past, and wait elsewhere (marks that cannot be
+// read are taken for none).
+func (c *Client) learnLosses(s *server, prompt bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, 2*c.cfg.conn.timeout)
 	defer cancel()
 	rec, ok := c.readRecord(ctx, s, lostKey)
@@ -76,7 +85,10 @@ func (c *Client) learnLosses(s *server) {
 		return
 	}
 	var back lostRecord
-	if len(rec.runs) > 0 {
+	switch {
+	case prompt:
+		back = rec
+	case len(rec.runs) > 0:
 		if back, _ = c.readRecord(ctx, s, backKey); back.start != rec.start {
 			back = lostRecord{} // marks of another process of s
 		}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,26 +131,29 @@ func FuzzDecodeLost(f *testing.F) {
 // cleans the old values), and move back. A Client started after that saw
 // neither change: it must still serve none of the old values, which the
 // servers' records of their lost slots tell it are older than the loss.
-// The Client that saw the move back marked it there: the new one applies
-// the floors at once. Unmarked (a Client started as the slots came back,
-// before any Client marked them), the slots wait, serving nothing, and
-// then take the floors.
+// Read as the new Client starts, the floors apply at once. Read late (its
+// first read failed), they apply at once where the Client that saw the
+// move back marked it there; unmarked, the slots wait, serving nothing,
+// and then take the floors.
 func TestMoveBackSeenByANewClient(t *testing.T) {
 	type tcase struct {
 		name       string
 		from, away []int // the members before and while the keys are away
 		back       []int // the members that own again slots they lost
-		unmarked   bool
+		unmarked   bool  // the marks of the move back are gone
+		late       bool  // the new client reads the records late
 	}
 	var cases []tcase
-	for _, unmarked := range []bool{false, true} {
+	for _, v := range []struct {
+		suffix         string
+		unmarked, late bool
+	}{{"", false, false}, {", unmarked", true, false}, {", read late", false, true}, {", unmarked, read late", true, true}} {
 		for _, tc := range []tcase{
 			{name: "scale up, then down", from: []int{0, 1}, away: []int{0, 1, 2}, back: []int{0, 1}},
 			{name: "a member leaves and returns", from: []int{0, 1, 2}, away: []int{0, 1}, back: []int{2}},
 		} {
-			if tc.unmarked = unmarked; unmarked {
-				tc.name += ", unmarked"
-			}
+			tc.name += v.suffix
+			tc.unmarked, tc.late = v.unmarked, v.late
 			cases = append(cases, tc)
 		}
 	}
@@ -183,35 +187,6 @@ func TestMoveBackSeenByANewClient(t *testing.T) {
 				// Marked as the Client routes them again: a member that
 				// returns is routed to once it answers.
 				eventually(t, "the return of the slots to be marked", func() bool { _, err := direct(ms[i].addr).Get(backKey); return err == nil })
-				if tc.unmarked {
-					require.NoError(t, direct(ms[i].addr).Delete(backKey))
-				}
-			}
-
-			learnFast := Option(func(o *options) { o.client.learnWait = 300 * time.Millisecond })
-			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), learnFast)
-			require.NoError(t, err)
-			defer fresh.Close()
-			countOld := func() (old int) {
-				for _, k := range keys {
-					if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
-						old++
-					}
-				}
-				return old
-			}
-			require.Zero(t, countOld(), "values from before the keys moved away, served by a client started after they moved back")
-			if tc.unmarked {
-				require.Positive(t, waitingGains(fresh), "unmarked, the slots that came back wait")
-				eventually(t, "the floors to be taken after the wait", func() bool { return waitingGains(fresh) == 0 })
-				require.Zero(t, countOld(), "values from before the keys moved away, served after the wait")
-			}
-			require.Zero(t, waitingGains(fresh), "the slots that came back are marked: the new client applies their floors at once")
-			away := listOf(t, pick(tc.away)...)
-			for _, i := range tc.back {
-				e := fresh.gains.of(serverOf(fresh, ms[i].addr), fresh.hash(keyBack(t, ss, away, ms[i].addr, keys)), nil)
-				require.NotNil(t, e, "a floor applied at %s", ms[i].addr)
-				require.NotEqual(t, uint64(math.MaxUint64), e.floor.Load())
 			}
 			hits := 0
 			for _, k := range keys {
@@ -222,6 +197,51 @@ func TestMoveBackSeenByANewClient(t *testing.T) {
 				}
 			}
 			t.Logf("the client that saw the changes found %d of %d keys", hits, len(keys))
+			require.NoError(t, c.Close()) // it marks no more (see remark)
+			for _, i := range tc.back {
+				if tc.unmarked {
+					require.NoError(t, direct(ms[i].addr).Delete(backKey))
+				}
+			}
+			learnFast := Option(func(o *options) { o.client.learnWait = 3 * time.Second }) // longer than its reads take under -race
+			var fresh *Client
+			if tc.late {
+				var stopped []*memcached
+				for _, i := range tc.back {
+					stopped = append(stopped, ms[i])
+				}
+				fresh = lateLearner(t, ss, stopped, learnFast)
+			} else {
+				var err error
+				fresh, err = NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), learnFast)
+				require.NoError(t, err)
+				defer fresh.Close()
+			}
+			countOld := func() (old int) {
+				for _, k := range keys {
+					if it, err := fresh.Get(k); err == nil && string(it.Value) == "old" {
+						old++
+					}
+				}
+				return old
+			}
+			require.Zero(t, countOld(), "values from before the keys moved away, served by a client started after they moved back")
+			for _, i := range tc.back { // read by now, or by a request after a read that timed out again
+				s := serverOf(fresh, ms[i].addr)
+				eventually(t, "the record to be read", func() bool { return fresh.lossesKnown(context.Background(), s) })
+			}
+			if tc.unmarked && tc.late {
+				require.Positive(t, waitingGains(fresh), "unmarked, the slots that came back wait")
+				eventually(t, "the floors to be taken after the wait", func() bool { return waitingGains(fresh) == 0 })
+				require.Zero(t, countOld(), "values from before the keys moved away, served after the wait")
+			}
+			require.Zero(t, waitingGains(fresh), "the floors applied (at once, or after the wait)")
+			away := listOf(t, pick(tc.away)...)
+			for _, i := range tc.back {
+				e := fresh.gains.of(serverOf(fresh, ms[i].addr), fresh.hash(keyBack(t, ss, away, ms[i].addr, keys)), nil)
+				require.NotNil(t, e, "a floor applied at %s", ms[i].addr)
+				require.NotEqual(t, uint64(math.MaxUint64), e.floor.Load())
+			}
 		})
 	}
 }
@@ -427,13 +447,13 @@ func TestWaitingFloorsAtTheNextChange(t *testing.T) {
 			require.NoError(t, direct(ms[2].addr).Delete(backKey)) // as if the new client came before any mark
 
 			slow := Option(func(o *options) { o.client.learnWait = time.Hour })
-			fresh, err := NewClientFromList(ss, fastFailover, WithSlog(slog.New(slog.DiscardHandler)), WithMoves(Moves{Rate: -1}), WithHandoff(Handoff{Window: time.Minute}), slow)
-			require.NoError(t, err)
-			defer fresh.Close()
+			fresh := lateLearner(t, ss, ms[2:3], WithHandoff(Handoff{Window: time.Minute}), slow)
 			for _, k := range keys {
 				_, err := fresh.Get(k)
 				require.ErrorIs(t, err, memcache.ErrCacheMiss, "%s: its slot waits", k)
 			}
+			s2 := serverOf(fresh, ms[2].addr)
+			eventually(t, "the record to be read", func() bool { return fresh.lossesKnown(context.Background(), s2) })
 			require.Positive(t, waitingGains(fresh))
 			if markedMeanwhile {
 				require.NoError(t, direct(ms[2].addr).Set(marks))
@@ -465,4 +485,33 @@ func TestWaitingFloorsAtTheNextChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateLearner returns a Client of ss whose first read of the records of
+// the servers stopped failed (they are hung, SIGSTOP, as it starts): it
+// reads them late, once they answer again, as a Client whose first read
+// timed out on a loaded machine does.
+func lateLearner(t *testing.T, ss *ServerList, stopped []*memcached, opt ...Option) *Client {
+	t.Helper()
+	for _, m := range stopped {
+		m.signal(syscall.SIGSTOP)
+	}
+	opt = append([]Option{WithSlog(slog.New(slog.DiscardHandler)), fastFailover, WithTimeout(100 * time.Millisecond), WithMoves(Moves{Rate: -1})}, opt...)
+	c, err := NewClientFromList(ss, opt...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	for _, m := range stopped {
+		s := serverOf(c, m.addr)
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return s.learning == nil
+		}, time.Minute, time.Millisecond, "the first read of %s's record to fail", m.addr)
+		require.False(t, s.lossesKnown.Load())
+		m.signal(syscall.SIGCONT)
+	}
+	for _, m := range stopped {
+		eventually(t, "the stopped server to be back", func() bool { return stateOf(c, m.addr).State == ServerUp })
+	}
+	return c
 }
