@@ -3,6 +3,7 @@ package ring
 import (
 	"encoding/binary"
 	"math/bits"
+	"runtime"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -40,9 +41,10 @@ const (
 // The slots that may change are those holding points of added or removed
 // members (dirty), and those before them that carry their owner or
 // successor from them (see fillTable), found on the old table (see spread).
-// Every member's points are regenerated, but only those in these slots are
-// kept; each run of these slots is then refilled from its points and from
-// the slot after it, which has not changed (see refill).
+// Every member's points are regenerated (on up to maxWorkers goroutines,
+// each a share of the members), but only those in these slots are kept;
+// each run of these slots is then refilled from its points and from the
+// slot after it, which has not changed (see refill).
 func (r *Ring) With(ids []string, points int) *Ring {
 	if len(ids) < updateMinMembers {
 		return New(ids, points)
@@ -90,36 +92,31 @@ func (r *Ring) update(ms []string, points int) *Ring {
 			groups[g/64] |= 1 << (g % 64)
 		}
 	}
-	var kept []uint64 // the points in set
-	for m := range ms {
-		seed := xxhash.Sum64String(ms[m])
-		for i := range points {
-			s := slotOf(point(seed, i))
-			if groups[s/16/64]>>(s/16%64)&1 != 0 && has(set, s) {
-				kept = append(kept, pointKey(seed, i, m))
+	// The points in set, kept[g] those goroutine g drew, from a share of the
+	// members: refill reduces a slot's points in any order.
+	w := min(runtime.GOMAXPROCS(0), maxWorkers)
+	kept := make([][]uint64, w)
+	parallel(w, func(g int) {
+		var k []uint64
+		for m := len(ms) * g / w; m < len(ms)*(g+1)/w; m++ {
+			seed := xxhash.Sum64String(ms[m])
+			for i := range points {
+				s := slotOf(point(seed, i))
+				if groups[s/16/64]>>(s/16%64)&1 != 0 && has(set, s) {
+					k = append(k, pointKey(seed, i, m))
+				}
 			}
 		}
-	}
+		kept[g] = k
+	})
 	var t slotTable
 	if moved {
 		t = r.table.remapped(remap)
 	} else {
 		t = r.table.clone()
 	}
-	t.refill(set, bySlot(kept))
+	t.refill(set, bySlot(slices.Concat(kept...)))
 	return &Ring{ids: ms, n: len(ms), table: t, points: points}
-}
-
-// ownerWidth returns the bits an owner takes in a table of n members (see
-// slotTable).
-func ownerWidth(n int) int {
-	switch {
-	case n <= 1<<4:
-		return 4
-	case n <= 1<<8:
-		return 8
-	}
-	return 16
 }
 
 // diffMembers returns, for each of the sorted member ids old, its index in
