@@ -91,6 +91,33 @@ func within(have, want []lostRun) []lostRun {
 	return out
 }
 
+// baseRegains returns the slots each server gains from old's members to
+// new's, for noteRegains. Of the members, not of the servers routed to: a
+// server that only returns from being out for this Client (its timeouts;
+// its members unchanged) regains no slot it lost in a change, and one that
+// this Client routes by a ring older than another's must not mark that
+// other's loss as past (see gains.learn).
+func baseRegains(old, new *routing) (regains []loss) {
+	if old == nil || old.base == nil || new.base == nil || old.base == new.base || old.base.alt != nil || new.base.alt != nil {
+		return nil
+	}
+	byGainer := map[*server]int{}
+	ot, nt := &old.base.keys, &new.base.keys
+	var prev *server
+	k := 0
+	for i := range uint64(1 << slotBits) {
+		ns := new.baseSrv[nt.SlotOwner(i)]
+		if ns == old.baseSrv[ot.SlotOwner(i)] {
+			continue
+		}
+		if ns != prev {
+			k, prev = lossOf(&regains, byGainer, ns), ns
+		}
+		regains[k].add(uint32(i))
+	}
+	return regains
+}
+
 // noteRegains marks, at each server of gs (the slots it gains in a change),
 // the slots its record says it lost before, within twice the Client's
 // timeout, before the change is routed by. A mark that cannot be written

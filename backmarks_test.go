@@ -2,7 +2,9 @@ package selector
 
 import (
 	"context"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
@@ -86,4 +88,35 @@ func TestNoteRegain(t *testing.T) {
 	require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: lostKey, Value: rec.encode()}))
 	require.NoError(t, c.noteRegain(ctx, loss{s: s, runs: []lostRun{{lo: 15, hi: 150, floor: 1}}}))
 	require.Equal(t, lostRecord{start: start, runs: []lostRun{{10, 14, 50}, {15, 20, 70}, {90, 150, 60}}}, marks())
+}
+
+// A server that returns from being out for a Client (its members
+// unchanged) regains no slot it lost in a change: the Client marks
+// nothing, so that a loss another Client wrote there, of a change this one
+// has not seen, is not marked as past.
+func TestReturnFromOutMarksNothing(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms), WithTimeout(100*time.Millisecond))
+	s := serverOf(c, ms[0].addr)
+	start, err := serverStart(context.Background(), s, c.cfg.conn)
+	require.NoError(t, err)
+	rec := lostRecord{start: start, runs: []lostRun{{lo: 0, hi: 1 << 19, floor: 1 << 40}}} // another client's
+	require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: lostKey, Value: rec.encode()}))
+
+	ms[0].signal(syscall.SIGSTOP)
+	keys := keysOf(t, ss, ms[0].addr, 20)
+	eventually(t, "the server to be out", func() bool {
+		c.Get(keys[0])
+		return stateOf(c, ms[0].addr).State == ServerOut
+	})
+	ms[0].signal(syscall.SIGCONT)
+	eventually(t, "the server to be back", func() bool { return stateOf(c, ms[0].addr).State == ServerUp })
+	_, err = direct(ms[0].addr).Get(backKey)
+	require.ErrorIs(t, err, memcache.ErrCacheMiss, "a return from out marked a loss as past")
+
+	// A change of members that gives it slots back marks them.
+	require.NoError(t, ss.SetServers(ms[1].addr))
+	eventually(t, "the change", func() bool { return len(c.rt.Load().baseSrv) == 1 })
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the return to be marked", func() bool { _, err := direct(ms[0].addr).Get(backKey); return err == nil })
 }

@@ -363,7 +363,8 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	if old := c.rt.Load(); old != nil && !sameServers(old, rt) {
 		c.settleMarked()
 	}
-	gained, lost, losses, regains := c.gains.record(c.rt.Load(), rt)
+	regains := baseRegains(c.rt.Load(), rt)
+	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
 	losses = withOwed(losses, gained)
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost

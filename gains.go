@@ -56,21 +56,20 @@ type gainRun struct {
 // record notes the slots that old and new give to different servers. It
 // returns the gains whose floors are to be taken (see Client.takeFloors),
 // the gains those slots had in old, for old's past ring (see past.gains):
-// runs in slot order, the slots each server of old lost, for its record
-// (see lostKey), and the slots each server of new gained, for the marks of
-// the ones it owns again (see backKey).
+// runs in slot order, and the slots each server of old lost, for its
+// record (see lostKey).
 //
 // A slot's gain learned from a record and still waiting (see learn), of
 // which this change keeps no slot at its server (see settleKept), is not
 // kept for the past ring: the loss it waited on is this change's, which
 // this Client sees now, and the server's values of the slot are the ones
 // to hand off and move.
-func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses, regains []loss) {
+func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses []loss) {
 	if old != nil && old.live != nil && old.live.alt == nil && new.live == nil {
-		return nil, nil, lostAll(old), nil // every server left (a replicated pool's pod; a zone)
+		return nil, nil, lostAll(old) // every server left (a replicated pool's pod; a zone)
 	}
 	if old == nil || old.live == nil || new.live == nil || old.live.alt != nil || new.live.alt != nil || sameServers(old, new) {
-		return nil, nil, nil, nil
+		return nil, nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -86,10 +85,10 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 	ot, nt := &old.live.keys, &new.live.keys
 	var moved []gainRun // the slots that change server, in runs, with the gain they go to
 	byServer := map[*server]uint32{}
-	byLoser, byGainer := map[*server]int{}, map[*server]int{}
+	byLoser := map[*server]int{}
 	var prevNs, prevOs *server // the last changed slot's: most slots change in long runs
 	var ev uint32
-	var k, kg int
+	var k int
 	for i := range uint64(1 << slotBits) {
 		ns, os := new.liveSrv[nt.SlotOwner(i)], old.liveSrv[ot.SlotOwner(i)]
 		if ns == os {
@@ -102,7 +101,6 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 		}
 		losses[k].add(slot)
 		if ns != prevNs {
-			kg = lossOf(&regains, byGainer, ns)
 			var ok bool
 			if ev, ok = byServer[ns]; !ok {
 				e := &gain{s: ns}
@@ -114,7 +112,6 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 			}
 			prevNs = ns
 		}
-		regains[kg].add(slot)
 		if n := len(moved); n > 0 && moved[n-1].hi+1 == slot && moved[n-1].e == evs[ev] {
 			moved[n-1].hi++
 		} else {
@@ -136,7 +133,7 @@ func (g *gains) record(old, new *routing) (added []*gain, lost []gainRun, losses
 			g.slots[i].Store(ev)
 		}
 	}
-	return added, lost, losses, regains
+	return added, lost, losses
 }
 
 // lostAll returns the slots of each server of rt's live ring.

@@ -38,7 +38,7 @@ func (w *gainsWorld) change(t *testing.T, ids ...string) (added []*gain) {
 		window:  time.Hour,
 		maxPast: 4,
 	})
-	added, lost, losses, _ := w.g.record(w.rt, rt)
+	added, lost, losses := w.g.record(w.rt, rt)
 	w.losses = losses
 	if len(rt.past) > 0 && w.rt != nil && rt.past[0].r == w.rt.live {
 		rt.past[0].gains = lost
