@@ -192,27 +192,59 @@ func (c *Client) noteRegain(ctx context.Context, g loss) error {
 	}
 }
 
-// remark marks again the slots of l that its server owns again in the
-// routing in use, after a second pass raised their floors (see
-// noteLossesAgain): a change back within a second, seen by this Client,
-// is marked before the pass ends, with the floors before it.
-func (c *Client) remark(ctx context.Context, l loss) {
-	rt := c.rt.Load()
-	if rt == nil || rt.live == nil || rt.live.alt != nil {
-		return
+// lostAsMember returns the runs of l that its server lost as a member of
+// to, the routing of the change, not only as a server routed to (out for
+// this Client).
+func lostAsMember(l loss, to *routing) []lostRun {
+	if to == nil || to.base == nil || to.base.alt != nil {
+		return nil
 	}
-	back := loss{s: l.s}
-	t := &rt.live.keys
+	out := loss{s: l.s}
+	t := &to.base.keys
 	for _, r := range l.runs {
 		for i := r.lo; i <= r.hi; i++ {
-			if rt.liveSrv[t.SlotOwner(uint64(i))] == l.s {
-				back.add(i)
+			if to.baseSrv[t.SlotOwner(uint64(i))] != l.s {
+				out.add(i)
+			}
+		}
+	}
+	return out.runs
+}
+
+// remark marks again, at s, the slots of runs (which s lost as a member,
+// and whose floors were just raised: a second pass, see noteLossesAgain,
+// or a write of what s owed) that s owns again among the members this
+// Client routes by: a change back within a second, seen by this Client, is
+// marked before the pass ends, with the floors before it. The routing
+// being installed counts as seen: its marks (see noteRegains) are read
+// after it is stored, so that a pass that raises a floor before it is
+// stored is read by them, and one after marks again here.
+func (c *Client) remark(ctx context.Context, s *server, runs []lostRun) {
+	if len(runs) == 0 {
+		return
+	}
+	var rts []*routing
+	for _, rt := range []*routing{c.installing.Load(), c.rt.Load()} {
+		if rt != nil && rt.base != nil && rt.base.alt == nil {
+			rts = append(rts, rt)
+		}
+	}
+	back := loss{s: s}
+	for _, r := range runs {
+		for i := r.lo; i <= r.hi; i++ {
+			for _, rt := range rts {
+				if rt.baseSrv[rt.base.keys.SlotOwner(uint64(i))] == s {
+					back.add(i)
+					break
+				}
 			}
 		}
 	}
 	if len(back.runs) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, 2*c.cfg.conn.timeout)
+		defer cancel()
 		if err := c.noteRegain(ctx, back); err != nil {
-			c.log.Debug("cannot mark the slots a server owns again; a client started now waits for them", keyServer, l.s.addr.str, keyError, err)
+			c.log.Debug("cannot mark the slots a server owns again; a client started now waits for them", keyServer, s.addr.str, keyError, err)
 		}
 	}
 }

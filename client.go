@@ -49,14 +49,15 @@ type Client struct {
 	routed  atomic.Pointer[chan struct{}] // closed once the routing after rt is published (see awaitRouting)
 	pool    *pooled                       // a replicated or zoned pool's groups, or nil
 
-	inval       *invalLog     // the keys each server must forget before it serves them
-	lossesAgain pendingLosses // the second passes of the records of lost slots, which Close runs if still due
-	outs        *outCap       // the cap on servers out after timeouts, shared by a pool's groups
-	copies      copies        // handoff copies in flight
-	gains       gains         // the slots each server gained, and its CAS floor then
-	mover       *mover        // the moves of keys after a change of servers (see Moves)
-	loads       *flights      // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
-	tombs       tombs         // whether deletes leave tombstones (see tombstone.go)
+	inval       *invalLog               // the keys each server must forget before it serves them
+	lossesAgain pendingLosses           // the second passes of the records of lost slots, which Close runs if still due
+	installing  atomic.Pointer[routing] // the routing refresh is about to publish, while it marks (see remark)
+	outs        *outCap                 // the cap on servers out after timeouts, shared by a pool's groups
+	copies      copies                  // handoff copies in flight
+	gains       gains                   // the slots each server gained, and its CAS floor then
+	mover       *mover                  // the moves of keys after a change of servers (see Moves)
+	loads       *flights                // GetOrLoad's loads in flight, one per key; a pool's groups share their Client's
+	tombs       tombs                   // whether deletes leave tombstones (see tombstone.go)
 
 	// refreshing serializes refresh and dropPast, the writers of rt; it is
 	// held across the floors' round trips, which mu is not, so that a
@@ -363,9 +364,14 @@ func (c *Client) refreshLocked(now time.Time) time.Duration {
 	if old := c.rt.Load(); old != nil && !sameServers(old, rt) {
 		c.settleMarked()
 	}
+	c.installing.Store(rt)
+	defer c.installing.Store(nil)
 	regains := baseRegains(c.rt.Load(), rt)
 	gained, lost, losses := c.gains.record(c.rt.Load(), rt)
 	losses = withOwed(losses, gained)
+	for i := range losses {
+		losses[i].member = lostAsMember(losses[i], rt)
+	}
 	if len(rt.past) > 0 && rt.past[0].r == c.rt.Load().live {
 		rt.past[0].gains = lost
 	}

@@ -28,6 +28,27 @@ type serverLosses struct {
 	floor uint64    // the highest floor noted or read; 0 if none
 	start int64     // the process start floor was taken in
 	told  bool      // a failure to write the owed runs was logged since the last write
+	marks []lostRun // of owed, those lost as a member: marked again once written (see Client.remark)
+}
+
+// oweMarks adds runs, owed and lost as a member, to mark again once they
+// are written.
+func (l *serverLosses) oweMarks(runs []lostRun) {
+	if len(runs) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.marks = unionLost(l.marks, runs)
+}
+
+// takeMarks returns the runs to mark again, and forgets them.
+func (l *serverLosses) takeMarks() []lostRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	runs := l.marks
+	l.marks = nil
+	return runs
 }
 
 // owe adds runs, which s's record does not hold yet.

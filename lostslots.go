@@ -40,6 +40,10 @@ const lostKey = "k8sms.lost"
 type loss struct {
 	s    *server
 	runs []lostRun // floor 0: to be taken
+	// Of runs, those lost as a member, not only as a server routed to (out
+	// for this Client): the losses a return of the member marks as past
+	// (see remark). Set by refresh.
+	member []lostRun
 }
 
 // noteLosses writes each loss at its server, with a floor taken there now:
@@ -62,6 +66,7 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 		if st := l.s.status(); st == down || st == gone && l.s.lost.Load() {
 			if again {
 				c.owe(l.s, l.runs)
+				l.s.losses.oweMarks(l.member)
 			}
 			continue
 		}
@@ -84,11 +89,16 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 				}
 				tctx, cancel := context.WithTimeout(ctx, 2*c.cfg.conn.timeout)
 				err = c.noteLoss(tctx, l, again || len(owed) > 0)
-				if err == nil && again {
-					c.remark(tctx, l)
-				}
 				cancel()
 				if err == nil {
+					var member []lostRun // lost as a member, and raised: to be marked again where owned again (see remark)
+					if again {
+						member = l.member
+					}
+					if len(owed) > 0 {
+						member = unionLost(member, l.s.losses.takeMarks())
+					}
+					c.remark(ctx, l.s, member)
 					return
 				}
 			}
@@ -97,6 +107,7 @@ func (c *Client) noteLosses(ctx context.Context, ls []loss, again bool) {
 				return
 			}
 			c.owe(l.s, l.runs)
+			l.s.losses.oweMarks(l.member)
 			if ctx.Err() == nil {
 				c.log.Warn("cannot record the slots a server lost; written when it next answers, until then a client started after they move back may read its older values of them",
 					keyServer, l.s.addr.str, keyError, err)
@@ -154,6 +165,7 @@ func (c *Client) writeOwed(ctx context.Context, s *server) bool {
 		return false
 	}
 	s.losses.paid()
+	c.remark(ctx, s, s.losses.takeMarks())
 	return true
 }
 

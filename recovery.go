@@ -74,6 +74,7 @@ func (c *Client) recover(s *server) bool {
 
 	if restarted {
 		s.losses.takeOwed() // its values went with its process
+		s.losses.takeMarks()
 	} else {
 		// The slots it lost while out for this Client are recorded
 		// before this Client uses it again (see serverLosses); one that
