@@ -28,8 +28,11 @@ import (
 // again, with the floor of their loss (backKey). A learning Client applies
 // the floors that are marked, and lets the others wait (see gains.learn).
 // The marks are in a record of their own, so that Clients of an earlier
-// version, which read and write lostKey alone, read the records as before.
-const backKey = "k8sms.back"
+// version, which read and write lostKey alone, read the records as before;
+// its key is under the claims' prefix, which the mover of every version
+// skips as the Client's own (an earlier one would move any other key, and
+// leave one server's marks at another).
+const backKey = claimPrefix + "back"
 
 // markedRun is a run of a record's slots with its floor, and whether its
 // return is marked.

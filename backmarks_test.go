@@ -120,3 +120,20 @@ func TestReturnFromOutMarksNothing(t *testing.T) {
 	require.NoError(t, ss.SetServers(addrsOf(ms)...))
 	eventually(t, "the return to be marked", func() bool { _, err := direct(ms[0].addr).Get(backKey); return err == nil })
 }
+
+// The Client's own keys at a server (its records, marks, claims,
+// tombstones, probe) are never listed as keys to move, nor counted.
+func TestListingSkipsTheClientsOwnKeys(t *testing.T) {
+	ms := startMemcached(t, 2)
+	c, ss := newTestClient(t, addrsOf(ms[:1]), WithMoves(Moves{Rate: -1}))
+	own := []string{lostKey, backKey, claimPrefix + "0123456789abcdef", tombKey("k"), probeKey}
+	for _, k := range own {
+		require.NoError(t, direct(ms[0].addr).Set(&memcache.Item{Key: k, Value: []byte("x")}))
+	}
+	require.NoError(t, ss.SetServers(addrsOf(ms)...))
+	eventually(t, "the change", func() bool { return c.rt.Load().base == ss.ring.Load() })
+	l, err := c.listMovable(context.Background(), serverOf(c, ms[0].addr))
+	require.NoError(t, err)
+	require.Empty(t, l.keys)
+	require.Zero(t, l.ours+l.foreign+l.others, "the Client's own keys counted")
+}
