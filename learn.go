@@ -133,8 +133,9 @@ func (c *Client) readRecord(ctx context.Context, s *server, key string) (lostRec
 
 // settleMarked reads, as a change comes, the marks of each server whose
 // gains wait (see gains.learn), within twice the timeout, and settles
-// those marked since: a Client started as slots came back, before any
-// Client marked them, that sees them leave again within its wait keeps
+// those marked since: a Client that read a record late as slots came
+// back, before any Client marked them, and sees them leave again within
+// its wait, keeps
 // their floors for the past ring, so that no value from before their first
 // loss is handed off or moved. A gain still not marked is of this change,
 // or of one no Client could mark: record drops it.
@@ -163,8 +164,9 @@ func (c *Client) settleMarked() {
 // A floor of a slot whose return to s is not marked (see backKey) may be
 // of a loss this Client has not seen yet: another Client saw a change
 // first and wrote it, and s's values of the slot are the keys' values,
-// to be moved, not older ones. Or this Client started as the slot came
-// back, before any Client marked it. Its gain waits: none of s's values of
+// to be moved, not older ones. Or this Client read the record late as the
+// slot came back, before any Client marked it (a record read as s joins
+// the routing is taken as marked: see Client.learnLosses). Its gain waits: none of s's values of
 // the slot is served, and none is deleted, until the change that loses the
 // slot drops it (see record), or it is given the floor (see settle). The
 // gains that wait are returned.
